@@ -1,0 +1,43 @@
+# The two commands: `make demo` and `make test`. Each sets up what it needs first.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test setup lint typecheck bench clean
+
+setup: $(STAMP) .stamp-system
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	@$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip 2>/dev/null || true
+	@echo "installing headrace and its dev tools into $(VENV) ..."
+	@$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev]' 2> >(grep -v 'is ignored: it is neither' >&2)
+	@touch $(STAMP)
+
+# Debian packages the tests use, and the Java check (Spark needs 17+).
+.stamp-system: scripts/setup-system.sh
+	@bash scripts/setup-system.sh
+	@touch .stamp-system
+
+demo: setup
+	@$(BIN)/python -m headrace demo
+
+test: setup
+	@$(BIN)/ruff check -q src tests bench
+	@$(BIN)/mypy --no-error-summary src/headrace
+	@$(BIN)/python -m pytest -q -p no:cacheprovider
+
+lint: setup
+	@$(BIN)/ruff check src tests bench
+	@$(BIN)/ruff format --check src tests bench
+
+typecheck: setup
+	@$(BIN)/mypy src/headrace
+
+bench: setup
+	@$(BIN)/python bench/throughput.py
+
+clean:
+	rm -rf $(VENV) .stamp-system build dist src/*.egg-info

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs the Debian packages headrace's tests use when they are missing, and checks Java.
+set -euo pipefail
+
+missing=()
+command -v kcat >/dev/null 2>&1 || missing+=(kcat)
+if ((${#missing[@]})); then
+    echo "installing Debian packages: ${missing[*]} ..."
+    SUDO=""
+    if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -qq >/dev/null || true
+    $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if ! command -v java >/dev/null 2>&1; then
+    echo "error: Java 17+ is required (for Spark) but 'java' is not on PATH" >&2
+    exit 1
+fi
+java_major=$(java -version 2>&1 | sed -nE 's/.*version "([0-9]+).*/\1/p' | head -1)
+if [ -z "$java_major" ] || [ "$java_major" -lt 17 ]; then
+    echo "error: Java 17+ is required (for Spark); found: $(java -version 2>&1 | head -1)" >&2
+    exit 1
+fi

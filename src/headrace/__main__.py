@@ -1,0 +1,3 @@
+from headrace.ops.cli import main
+
+main()

@@ -1,0 +1,32 @@
+"""Broker configuration: one frozen value, built by the CLI or by ``EmbeddedBroker``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from headrace.storage.config import LogConfig
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """Everything a broker process needs to start.
+
+    ``port=0`` binds a free port; the bound address is printed on stdout as
+    ``headrace broker listening on HOST:PORT`` once the broker accepts connections.
+    """
+
+    data_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 9092
+    advertised_host: str | None = None
+    node_id: int = 0
+    cluster_id: str | None = None
+    auto_create_topics: bool = True
+    num_partitions: int = 1
+    # Largest request frame accepted; bigger frames close the connection (Kafka's
+    # socket.request.max.bytes).
+    max_request_bytes: int = 100 * 1024 * 1024
+    # Largest record batch accepted by Produce (Kafka's message.max.bytes).
+    message_max_bytes: int = 1024 * 1024 + 12 * 1024 * 8
+    log: LogConfig = field(default_factory=LogConfig)

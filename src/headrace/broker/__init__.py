@@ -1,0 +1,1 @@
+"""The asyncio Kafka-protocol server: framing, one handler module per API key."""

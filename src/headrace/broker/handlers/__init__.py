@@ -1,0 +1,26 @@
+"""One module per Kafka API key. Importing a module registers its handler."""
+
+from __future__ import annotations
+
+import importlib
+
+MODULES = (
+    "api_versions",
+    "metadata",
+    "produce",
+    "fetch",
+    "list_offsets",
+    "offset_for_leader_epoch",
+    "create_topics",
+    "delete_topics",
+    "create_partitions",
+    "describe_cluster",
+    "describe_configs",
+    "alter_configs",
+)
+
+
+def load_all() -> None:
+    """Import every handler module (idempotent)."""
+    for name in MODULES:
+        importlib.import_module(f"{__name__}.{name}")

@@ -1,0 +1,35 @@
+"""CreatePartitions (key 37), versions 0-3.
+
+Grows a topic to ``count`` partitions (never shrinks: INVALID_PARTITIONS). Keys hash to
+new partitions from then on, as in Kafka. ``validate_only`` checks without creating.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.admin import CreatePartitionsRequest, CreatePartitionsResponse
+
+from headrace.broker.context import RequestContext
+from headrace.broker.errors import error_code_for
+from headrace.broker.registry import handles
+from headrace.errors import HeadraceError
+from headrace.protocol.errors import ErrorCode
+
+_Result = CreatePartitionsResponse.CreatePartitionsTopicResult
+
+
+@handles(CreatePartitionsRequest, CreatePartitionsResponse, max_version=3)
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    results = []
+    for t in request.topics:
+        try:
+            ctx.state.logs.add_partitions(t.name, t.count, bool(request.validate_only))
+            results.append(_Result(name=t.name, error_code=0, error_message=None))
+        except ValueError as e:
+            results.append(_Result(name=t.name, error_code=ErrorCode.INVALID_PARTITIONS,
+                                   error_message=str(e)))
+        except (HeadraceError, OSError) as e:
+            results.append(_Result(name=t.name, error_code=error_code_for(e),
+                                   error_message=str(e)))
+    return CreatePartitionsResponse(throttle_time_ms=0, results=results)

@@ -1,0 +1,25 @@
+"""DescribeCluster (key 60), versions 0-1: this one broker, which is also the controller.
+
+Authorized operations are not computed (reported as "not requested").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.admin import DescribeClusterRequest, DescribeClusterResponse
+
+from headrace.broker.context import RequestContext
+from headrace.broker.registry import handles
+
+
+@handles(DescribeClusterRequest, DescribeClusterResponse, max_version=1)
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    state = ctx.state
+    node = state.config.node_id
+    return DescribeClusterResponse(
+        throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1,
+        cluster_id=state.logs.cluster_id, controller_id=node,
+        brokers=[DescribeClusterResponse.DescribeClusterBroker(
+            broker_id=node, host=state.advertised_host, port=state.port, rack=None)],
+    )

@@ -1,0 +1,57 @@
+"""ListOffsets (key 2), versions 0-8.
+
+Timestamps: -1 latest (log end offset), -2 earliest (log start offset), -3 the batch with
+the largest timestamp (KIP-734), -4 earliest local (= earliest: no tiered storage), and a
+real timestamp: the first batch whose max timestamp reaches it, found through the time
+index (batch granularity), else offset -1. Isolation level is accepted; until
+transactions exist the last stable offset equals the log end offset.
+Not implemented: v0's multi-offset answers beyond one offset.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
+
+from headrace.broker.context import RequestContext
+from headrace.broker.errors import error_code_for
+from headrace.broker.registry import handles
+from headrace.errors import HeadraceError
+from headrace.storage.log import PartitionLog
+
+_TopicResp = ListOffsetsResponse.ListOffsetsTopicResponse
+_PartResp = _TopicResp.ListOffsetsPartitionResponse
+
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
+
+
+def lookup(plog: PartitionLog, timestamp: int) -> tuple[int, int]:
+    """``(offset, timestamp)`` answered for a ListOffsets timestamp query."""
+    if timestamp == LATEST:
+        return plog.log_end_offset, -1
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
+        return plog.log_start_offset, -1
+    if timestamp == MAX_TIMESTAMP:
+        return plog.max_timestamp() or (-1, -1)
+    return plog.offset_for_timestamp(timestamp) or (-1, -1)
+
+
+@handles(ListOffsetsRequest, ListOffsetsResponse, max_version=8)
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    topics = []
+    for t in request.topics:
+        parts = []
+        for p in t.partitions:
+            try:
+                plog = ctx.state.logs.get_log(t.name, p.partition_index)
+                offset, ts = lookup(plog, p.timestamp)
+                parts.append(_PartResp(partition_index=p.partition_index, error_code=0,
+                                       old_style_offsets=[offset] if offset >= 0 else [],
+                                       timestamp=ts, offset=offset, leader_epoch=0))
+            except (HeadraceError, OSError) as e:
+                parts.append(_PartResp(partition_index=p.partition_index,
+                                       error_code=error_code_for(e), old_style_offsets=[],
+                                       timestamp=-1, offset=-1, leader_epoch=-1))
+        topics.append(_TopicResp(name=t.name, partitions=parts))
+    return ListOffsetsResponse(throttle_time_ms=0, topics=topics)

@@ -1,0 +1,71 @@
+"""Metadata (key 3), versions 0-12.
+
+One broker leads every partition (leader epoch 0, replicas = ISR = [this node]). Asking
+for an unknown topic auto-creates it when ``allow_auto_topic_creation`` (v4+, implied
+before) and the broker allows it; otherwise UNKNOWN_TOPIC_OR_PARTITION. A null topic list
+(v1+) means all topics. Not implemented: lookups by topic id (v12 null names),
+authorized operations (reported as "not requested").
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+from headrace.broker.context import RequestContext
+from headrace.broker.errors import error_code_for
+from headrace.broker.registry import handles
+from headrace.protocol.errors import ErrorCode
+from headrace.storage.errors import StorageError
+from headrace.storage.manager import Topic
+
+_Topic = MetadataResponse.MetadataResponseTopic
+_Partition = _Topic.MetadataResponsePartition
+_ZERO_UUID = uuid.UUID(int=0)
+
+
+def _topic_entry(ctx: RequestContext, topic: Topic) -> Any:
+    node = ctx.state.config.node_id
+    return _Topic(
+        error_code=0,
+        name=topic.name,
+        topic_id=topic.topic_id,
+        is_internal=topic.name.startswith("__"),
+        partitions=[
+            _Partition(error_code=0, partition_index=p, leader_id=node, leader_epoch=0,
+                       replica_nodes=[node], isr_nodes=[node], offline_replicas=[])
+            for p in range(len(topic.partitions))
+        ],
+    )
+
+
+@handles(MetadataRequest, MetadataResponse, max_version=12)
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    state = ctx.state
+    requested = request.topics
+    entries = []
+    if requested is None or (ctx.api_version == 0 and not requested):
+        entries = [_topic_entry(ctx, t) for t in state.logs.topics.values()]
+    else:
+        allow = ctx.api_version < 4 or bool(request.allow_auto_topic_creation)
+        for t in requested:
+            name = t.name
+            try:
+                entries.append(_topic_entry(ctx, state.topic_for_write(name, allow)))
+            except StorageError as e:
+                entries.append(_Topic(error_code=error_code_for(e), name=name,
+                                      topic_id=_ZERO_UUID, partitions=[]))
+            except ValueError:
+                entries.append(_Topic(error_code=ErrorCode.INVALID_TOPIC_EXCEPTION, name=name,
+                                      topic_id=_ZERO_UUID, partitions=[]))
+    cfg = state.config
+    return MetadataResponse(
+        throttle_time_ms=0,
+        brokers=[MetadataResponse.MetadataResponseBroker(
+            node_id=cfg.node_id, host=state.advertised_host, port=state.port, rack=None)],
+        cluster_id=state.logs.cluster_id,
+        controller_id=cfg.node_id,
+        topics=entries,
+    )

@@ -1,0 +1,72 @@
+"""Produce (key 0), versions 0-11 (capped until transactions v2, KIP-890).
+
+Each partition's record set is split into v2 batches, every batch checked (magic,
+framing, CRC-32C, size) before any is appended, then appended verbatim with offsets
+assigned by rewriting baseOffset. ``acks=0`` gets no response; ``acks=1`` and
+``acks=-1`` are answered after the append (the page cache survives a killed broker) or,
+with ``flush.on.ack``, after a group-commit fsync. Errors: UNSUPPORTED_FOR_MESSAGE_FORMAT
+(magic 0/1), CORRUPT_MESSAGE (CRC), MESSAGE_TOO_LARGE, UNKNOWN_TOPIC_OR_PARTITION,
+INVALID_REQUIRED_ACKS. Not implemented yet: idempotent/transactional sequence checks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
+
+from headrace.broker.context import RequestContext
+from headrace.broker.errors import error_code_for
+from headrace.broker.registry import handles
+from headrace.errors import HeadraceError
+from headrace.protocol.errors import ErrorCode, KafkaProtocolError
+from headrace.protocol.records import validate_batches
+from headrace.storage.log import PartitionLog
+
+_TopicResp = ProduceResponse.TopicProduceResponse
+_PartResp = _TopicResp.PartitionProduceResponse
+
+
+@handles(ProduceRequest, ProduceResponse, max_version=11)
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    state = ctx.state
+    acks = request.acks
+    to_flush: set[PartitionLog] = set()
+    answers: list[tuple[str, list[Any]]] = []
+    for topic_data in request.topic_data:
+        parts: list[Any] = []
+        for pd in topic_data.partition_data:
+            try:
+                if acks not in (-1, 0, 1):
+                    raise KafkaProtocolError(ErrorCode.INVALID_REQUIRED_ACKS)
+                plog = state.topic_for_write(topic_data.name).partitions
+                if not 0 <= pd.index < len(plog):
+                    raise KafkaProtocolError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                partition_log = plog[pd.index]
+                if pd.records is None:
+                    raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE, "null record set")
+                data = bytearray(pd.records)
+                headers = validate_batches(data)
+                if any(h.size > state.config.message_max_bytes for h in headers):
+                    raise KafkaProtocolError(ErrorCode.MESSAGE_TOO_LARGE)
+                result = partition_log.append(data, headers)
+                state.notifier.notify((topic_data.name, pd.index))
+                if partition_log.config.flush_on_ack:
+                    to_flush.add(partition_log)
+                parts.append(_PartResp(index=pd.index, error_code=0,
+                                       base_offset=result.base_offset, log_append_time_ms=-1,
+                                       log_start_offset=result.log_start_offset))
+            except (HeadraceError, OSError) as e:  # each partition answers for itself
+                code = error_code_for(e)
+                parts.append(_PartResp(index=pd.index, error_code=code, base_offset=-1,
+                                       log_append_time_ms=-1, log_start_offset=-1,
+                                       error_message=str(e) or code.name))
+        answers.append((topic_data.name, parts))
+    if to_flush and acks != 0:
+        await state.flusher.flush(to_flush)
+    if acks == 0:
+        return None
+    return ProduceResponse(
+        responses=[_TopicResp(name=name, partition_responses=parts) for name, parts in answers],
+        throttle_time_ms=0,
+    )

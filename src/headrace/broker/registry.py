@@ -1,0 +1,47 @@
+"""The handler table: each handler module registers the API key and versions it serves.
+
+ApiVersions answers from this table, so what is advertised is exactly what is handled.
+Every API is advertised from version 0 (librdkafka disables features when a minimum is
+higher); a request for a version the codec cannot decode gets UNSUPPORTED_VERSION.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from headrace.broker.context import RequestContext
+
+Handler = Callable[["RequestContext", Any], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class ApiSpec:
+    api_key: int
+    max_version: int
+    request_class: Any
+    response_class: Any
+    handle: Handler
+
+    def flexible(self, version: int) -> bool:
+        return bool(self.request_class.flexible_version_q(version))
+
+
+API_TABLE: dict[int, ApiSpec] = {}
+
+
+def handles(request_class: Any, response_class: Any, max_version: int) -> Callable[[Handler], Handler]:
+    """Register the decorated coroutine as the handler of ``request_class`` up to
+    ``max_version`` (capped at what the codec knows)."""
+
+    def register(fn: Handler) -> Handler:
+        api_key = int(request_class.API_KEY)
+        if api_key in API_TABLE:
+            raise RuntimeError(f"API key {api_key} registered twice")
+        top = min(max_version, int(request_class.max_version))
+        API_TABLE[api_key] = ApiSpec(api_key, top, request_class, response_class, fn)
+        return fn
+
+    return register

@@ -1,0 +1,118 @@
+"""The broker's shared state, and the narrow interface handlers use.
+
+Everything here runs on the broker's one event loop; only fsync runs on a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from dataclasses import dataclass
+
+from headrace.broker.config import BrokerConfig
+from headrace.protocol.errors import ErrorCode, KafkaProtocolError
+from headrace.storage.errors import UnknownTopicError
+from headrace.storage.log import PartitionLog
+from headrace.storage.manager import LogManager, Topic
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+
+class AppendNotifier:
+    """Wakes long-polling fetches when a partition they wait on gets data."""
+
+    def __init__(self) -> None:
+        self._waiters: defaultdict[TopicPartition, set[asyncio.Future[None]]] = defaultdict(set)
+
+    def register(self, partitions: list[TopicPartition]) -> asyncio.Future[None]:
+        """A future resolved on the next append to any of ``partitions``; call ``unregister``."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        for tp in partitions:
+            self._waiters[tp].add(fut)
+        return fut
+
+    def unregister(self, partitions: list[TopicPartition], fut: asyncio.Future[None]) -> None:
+        for tp in partitions:
+            waiters = self._waiters.get(tp)
+            if waiters is not None:
+                waiters.discard(fut)
+                if not waiters:
+                    del self._waiters[tp]
+
+    def notify(self, tp: TopicPartition) -> None:
+        for fut in self._waiters.pop(tp, ()):
+            if not fut.done():
+                fut.set_result(None)
+
+
+class GroupCommitFlusher:
+    """fsync before acknowledging, shared by every producer waiting at the same time.
+
+    ``await flush(log)`` returns once an fsync that *started after the call* completed:
+    concurrent callers ride the same fsync (group commit). One flush runs at a time.
+    """
+
+    def __init__(self) -> None:
+        self._pending: set[PartitionLog] = set()
+        self._waiters: list[asyncio.Future[None]] = []
+        self._running: asyncio.Task[None] | None = None
+        self.fsyncs = 0
+
+    async def flush(self, logs: set[PartitionLog]) -> None:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pending |= logs
+        self._waiters.append(fut)
+        if self._running is None or self._running.done():
+            self._running = asyncio.get_running_loop().create_task(self._run())
+        await fut
+
+    async def _run(self) -> None:
+        while self._waiters:
+            logs, self._pending = self._pending, set()
+            waiters, self._waiters = self._waiters, []
+            try:
+                await asyncio.to_thread(_flush_all, logs)
+                self.fsyncs += 1
+                for w in waiters:
+                    if not w.done():
+                        w.set_result(None)
+            except OSError as e:
+                for w in waiters:
+                    if not w.done():
+                        w.set_exception(KafkaProtocolError(ErrorCode.KAFKA_STORAGE_ERROR, str(e)))
+
+
+def _flush_all(logs: set[PartitionLog]) -> None:
+    for partition_log in logs:
+        partition_log.flush()
+
+
+@dataclass
+class BrokerState:
+    """What handlers may touch: config, logs, and the notification/flush helpers."""
+
+    config: BrokerConfig
+    logs: LogManager
+    notifier: AppendNotifier
+    flusher: GroupCommitFlusher
+    port: int = 0
+
+    @property
+    def advertised_host(self) -> str:
+        return self.config.advertised_host or self.config.host
+
+    def topic_for_write(self, name: str, allow_auto_create: bool = True) -> Topic:
+        """The topic, auto-created (``auto.create.topics.enable``) when missing and allowed.
+
+        Raises ``UnknownTopicError`` or ``InvalidTopicError``.
+        """
+        topic = self.logs.topics.get(name)
+        if topic is not None:
+            return topic
+        if not (allow_auto_create and self.config.auto_create_topics):
+            raise UnknownTopicError(f"unknown topic {name!r}")
+        log.info("auto-creating topic %s with %d partitions", name, self.config.num_partitions)
+        return self.logs.create_topic(name, self.config.num_partitions)

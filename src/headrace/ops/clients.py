@@ -1,0 +1,149 @@
+"""Shared plumbing for the confluent-kafka clients the CLI creates.
+
+Contracts kept by every command:
+
+- librdkafka's own log lines go to the ``headrace.ops.librdkafka`` logger, which is silent
+  unless the CLI runs with ``--verbose``; the user sees our error messages instead;
+- the first thing a command does is fetch metadata through ``fetch_metadata``, which turns
+  "nobody listens there" into ``BrokerUnreachableError`` at once (connection refused) or after
+  ``REQUEST_TIMEOUT_S`` (no answer), instead of librdkafka's endless reconnect loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Protocol
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import ClusterMetadata, TopicMetadata
+
+from headrace.ops.errors import BrokerUnreachableError, KafkaRequestError, UnknownTopicError
+
+DEFAULT_BOOTSTRAP_SERVERS = "127.0.0.1:9092"
+BOOTSTRAP_ENV_VAR = "HEADRACE_BOOTSTRAP_SERVERS"
+# Upper bound on any single round trip the CLI waits for (metadata, admin requests).
+REQUEST_TIMEOUT_S = 10.0
+CLIENT_ID = "headrace-cli"
+
+LIBRDKAFKA_LOGGER = logging.getLogger("headrace.ops.librdkafka")
+# A handler anywhere on the path keeps Python's last-resort handler from printing
+# librdkafka's reconnect chatter when logging is not configured (i.e. without --verbose).
+LIBRDKAFKA_LOGGER.addHandler(logging.NullHandler())
+
+# Metadata answers that mean "not yet" (e.g. a topic being auto-created), not "no".
+_TRANSIENT_TOPIC_ERRORS = frozenset({KafkaError.LEADER_NOT_AVAILABLE, KafkaError._WAIT_COORD})
+_UNKNOWN_TOPIC_ERRORS = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
+
+
+class ClientErrors:
+    """The ``error_cb`` of one client: remembers what librdkafka reported.
+
+    librdkafka calls it from ``poll()`` (or ``consume()``) on the caller's thread, so no
+    locking is needed.
+    """
+
+    def __init__(self) -> None:
+        self.all_brokers_down = False
+        self.last_error: KafkaError | None = None
+
+    def __call__(self, error: KafkaError) -> None:
+        if error.code() == KafkaError._ALL_BROKERS_DOWN:
+            self.all_brokers_down = True
+        else:
+            self.last_error = error
+
+
+class _MetadataClient(Protocol):
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any: ...
+
+    def poll(self, timeout: float = -1) -> Any: ...
+
+
+def client_config(bootstrap_servers: str, errors: ClientErrors, **overrides: Any) -> dict[str, Any]:
+    """Configuration common to every client; ``overrides`` use librdkafka's dotted names."""
+    config: dict[str, Any] = {
+        "bootstrap.servers": bootstrap_servers,
+        "client.id": CLIENT_ID,
+        "logger": LIBRDKAFKA_LOGGER,
+        "error_cb": errors,
+    }
+    config.update(overrides)
+    return config
+
+
+def kafka_error(exc: KafkaException) -> KafkaError:
+    """The ``KafkaError`` a ``KafkaException`` carries (a generic one if it carries none)."""
+    if exc.args and isinstance(exc.args[0], KafkaError):
+        return exc.args[0]
+    return KafkaError(KafkaError._FAIL, str(exc))
+
+
+def error_text(error: KafkaError) -> str:
+    """A one-line human description, e.g. ``Broker: Unknown topic or partition``."""
+    return error.str() or error.name()
+
+
+def fetch_metadata(
+    client: _MetadataClient,
+    errors: ClientErrors,
+    bootstrap_servers: str,
+    topic: str | None = None,
+    timeout: float = REQUEST_TIMEOUT_S,
+) -> ClusterMetadata:
+    """Fetch cluster metadata (of one ``topic``, or of all topics), failing fast.
+
+    Blocks for at most ``timeout`` seconds. ``poll(0)`` is called on ``client`` to serve its
+    error callback, so a consumer must not have an assignment yet. Raises
+    ``BrokerUnreachableError`` when every bootstrap server refuses connections or none answers
+    in time, ``UnknownTopicError`` when ``topic`` does not exist (a producer's metadata request
+    may auto-create it, as Kafka's producers do), ``KafkaRequestError`` for other failures.
+    """
+    deadline = time.monotonic() + timeout
+    pending: str | None = None  # why the last answer was "not yet"
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            metadata: ClusterMetadata = client.list_topics(
+                topic=topic, timeout=max(0.1, min(1.0, remaining))
+            )
+        except KafkaException as e:
+            error = kafka_error(e)
+            if error.code() not in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT):
+                raise KafkaRequestError(f"metadata request failed: {error_text(error)}") from e
+        else:
+            if topic is None:
+                return metadata
+            topic_error = _topic_error(metadata, topic)
+            if topic_error is None:
+                return metadata
+            if topic_error.code() in _UNKNOWN_TOPIC_ERRORS:
+                raise UnknownTopicError(f"topic {topic!r} does not exist")
+            if topic_error.code() not in _TRANSIENT_TOPIC_ERRORS:
+                raise KafkaRequestError(f"topic {topic!r}: {error_text(topic_error)}")
+            pending = error_text(topic_error)
+        client.poll(0)
+        if errors.all_brokers_down:
+            detail = f": {error_text(errors.last_error)}" if errors.last_error else ""
+            raise BrokerUnreachableError(f"cannot reach a broker at {bootstrap_servers}{detail}")
+        if time.monotonic() >= deadline:
+            if pending is not None:
+                raise KafkaRequestError(f"topic {topic!r} still not ready after {timeout:g} s: {pending}")
+            raise BrokerUnreachableError(
+                f"no answer from a broker at {bootstrap_servers} within {timeout:g} s"
+            )
+
+
+def topic_metadata(metadata: ClusterMetadata, topic: str) -> TopicMetadata:
+    """The metadata of ``topic``; ``UnknownTopicError`` if the cluster does not list it."""
+    found = metadata.topics.get(topic)
+    if found is None or (found.error is not None and found.error.code() in _UNKNOWN_TOPIC_ERRORS):
+        raise UnknownTopicError(f"topic {topic!r} does not exist")
+    return found
+
+
+def _topic_error(metadata: ClusterMetadata, topic: str) -> KafkaError | None:
+    found = metadata.topics.get(topic)
+    if found is None:
+        return KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)
+    return found.error

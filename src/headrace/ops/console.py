@@ -1,0 +1,34 @@
+"""Consoles and option types shared by the CLI's command modules.
+
+Human-facing output goes through ``stdout``/``stderr`` (rich; plain text when not a
+terminal). Record data (``headrace consume``) bypasses rich and is written as raw bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from headrace.ops.clients import BOOTSTRAP_ENV_VAR
+
+stdout = Console(highlight=False)
+stderr = Console(stderr=True, highlight=False)
+
+BootstrapServers = Annotated[
+    str,
+    typer.Option(
+        "--bootstrap-servers",
+        "-b",
+        envvar=BOOTSTRAP_ENV_VAR,
+        help="Comma-separated host:port list of brokers to bootstrap from.",
+        show_envvar=True,
+    ),
+]
+
+
+def print_error(message: str) -> None:
+    """Print ``message`` on stderr as an error line (no markup interpretation)."""
+    stderr.print(f"[bold red]error:[/bold red] {escape(message)}")

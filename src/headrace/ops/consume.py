@@ -1,0 +1,188 @@
+"""``headrace consume``: print records of a topic through confluent-kafka's ``Consumer``.
+
+Without a group the consumer assigns partitions itself (all of the topic's, or one) and never
+joins a group nor commits; librdkafka insists on a ``group.id`` even then, so a placeholder is
+set that no request ever uses. With ``group`` it subscribes, and offsets are committed
+automatically, as with Kafka's console consumer.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    Consumer,
+    KafkaError,
+    Message,
+    TopicPartition,
+)
+
+from headrace.ops.clients import (
+    REQUEST_TIMEOUT_S,
+    ClientErrors,
+    client_config,
+    error_text,
+    fetch_metadata,
+    topic_metadata,
+)
+from headrace.ops.errors import InvalidInputError, KafkaRequestError, UnknownTopicError
+
+logger = logging.getLogger(__name__)
+
+_PLACEHOLDER_GROUP = "headrace-cli-no-group"
+_BATCH = 500
+_NULL = b"null"
+_UNKNOWN_TOPIC_ERRORS = frozenset(
+    {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
+)
+
+
+@dataclass(frozen=True)
+class ConsumeOptions:
+    """What to read and when to stop.
+
+    Starting point: ``offset`` (needs ``partition``), else the beginning with
+    ``from_beginning``, else the end (only records produced from now on). With ``group`` the
+    group's committed offsets win, ``from_beginning`` only chooses where a new group starts.
+    Stops after ``max_messages`` records, or after ``idle_timeout`` seconds without one, or
+    at Ctrl-C; with neither limit it runs until Ctrl-C.
+    """
+
+    bootstrap_servers: str
+    topic: str
+    from_beginning: bool = False
+    partition: int | None = None
+    offset: int | None = None
+    max_messages: int | None = None
+    group: str | None = None
+    print_key: bool = False
+    key_separator: bytes = b"\t"
+    idle_timeout: float | None = None
+    timeout: float = REQUEST_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        if self.offset is not None and self.partition is None:
+            raise InvalidInputError("--offset needs --partition")
+        if self.offset is not None and self.from_beginning:
+            raise InvalidInputError("--offset and --from-beginning exclude each other")
+        if self.group is not None and self.partition is not None:
+            raise InvalidInputError(
+                "--partition assigns partitions by hand and cannot be combined with --group"
+            )
+
+
+def consume(options: ConsumeOptions, out: BinaryIO) -> int:
+    """Write records to ``out`` as lines (``value``, or ``key SEP value``); return how many.
+
+    Blocks until a stop condition of ``options`` is met; flushes ``out`` after each batch so
+    a pipe sees records promptly. A ``None`` key or value prints as ``null``. Raises
+    ``UnknownTopicError`` for a missing topic or partition, ``KafkaRequestError`` when the
+    start offset is out of range or the consumer fails fatally. ``BrokenPipeError`` from
+    ``out`` propagates (the consumer is closed first).
+    """
+    errors = ClientErrors()
+    consumer = Consumer(
+        client_config(
+            options.bootstrap_servers,
+            errors,
+            **{
+                "group.id": options.group or _PLACEHOLDER_GROUP,
+                "enable.auto.commit": options.group is not None,
+                "enable.auto.offset.store": options.group is not None,
+                "auto.offset.reset": _offset_reset(options),
+            },
+        )
+    )
+    try:
+        _start(consumer, errors, options)
+        return _drain(consumer, options, out)
+    finally:
+        consumer.close()
+
+
+def _offset_reset(options: ConsumeOptions) -> str:
+    if options.offset is not None:
+        return "error"  # an explicit offset that does not exist is the user's mistake
+    return "earliest" if options.from_beginning else "latest"
+
+
+def _start(consumer: Consumer, errors: ClientErrors, options: ConsumeOptions) -> None:
+    metadata = fetch_metadata(
+        consumer, errors, options.bootstrap_servers, topic=options.topic, timeout=options.timeout
+    )
+    partitions = sorted(topic_metadata(metadata, options.topic).partitions)
+    if options.group is not None:
+        consumer.subscribe([options.topic])
+        return
+    if options.partition is not None:
+        if options.partition not in partitions:
+            raise UnknownTopicError(
+                f"topic {options.topic!r} has no partition {options.partition} "
+                f"(it has {len(partitions)})"
+            )
+        partitions = [options.partition]
+    if options.offset is not None:
+        start = options.offset
+    else:
+        start = OFFSET_BEGINNING if options.from_beginning else OFFSET_END
+    consumer.assign([TopicPartition(options.topic, p, start) for p in partitions])
+
+
+def _drain(consumer: Consumer, options: ConsumeOptions, out: BinaryIO) -> int:
+    count = 0
+    last_record = time.monotonic()
+    try:
+        while options.max_messages is None or count < options.max_messages:
+            wait = 1.0  # short slices keep Ctrl-C responsive
+            if options.idle_timeout is not None:
+                left = last_record + options.idle_timeout - time.monotonic()
+                if left <= 0:
+                    break
+                wait = min(wait, left)
+            want = _BATCH if options.max_messages is None else options.max_messages - count
+            lines = []
+            for message in consumer.consume(num_messages=min(_BATCH, want), timeout=wait):
+                error = message.error()
+                if error is not None:
+                    _check(error, options)
+                    continue
+                lines.append(_format(message, options))
+            if lines:
+                out.write(b"".join(lines))
+                out.flush()
+                count += len(lines)
+                last_record = time.monotonic()
+    except KeyboardInterrupt:
+        pass  # Ctrl-C is the normal way to end an unbounded consume
+    return count
+
+
+def _format(message: Message, options: ConsumeOptions) -> bytes:
+    value = message.value()
+    line = _NULL if value is None else value
+    if options.print_key:
+        key = message.key()
+        line = (_NULL if key is None else key) + options.key_separator + line
+    return line + b"\n"
+
+
+def _check(error: KafkaError, options: ConsumeOptions) -> None:
+    """Raise for errors that end the command; log the transient ones librdkafka retries."""
+    code = error.code()
+    if code == KafkaError._PARTITION_EOF:
+        return
+    if code == KafkaError._AUTO_OFFSET_RESET or code == KafkaError.OFFSET_OUT_OF_RANGE:
+        raise KafkaRequestError(
+            f"offset {options.offset} is out of range for partition {options.partition} "
+            f"of {options.topic!r}: {error_text(error)}"
+        )
+    if code in _UNKNOWN_TOPIC_ERRORS:
+        raise UnknownTopicError(f"topic {options.topic!r}: {error_text(error)}")
+    if error.fatal():
+        raise KafkaRequestError(f"consumer failed: {error_text(error)}")
+    logger.warning("%s (retrying)", error_text(error))

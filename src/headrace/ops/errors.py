@@ -1,0 +1,41 @@
+"""Errors raised by the operator tooling.
+
+Each carries a message written for the person at the terminal: the CLI prints it on stderr,
+without a traceback, and exits with status 1.
+"""
+
+from __future__ import annotations
+
+from headrace.errors import HeadraceError
+
+
+class OpsError(HeadraceError):
+    """Base class of the CLI's errors; ``str(error)`` is the message shown to the user."""
+
+
+class BrokerUnreachableError(OpsError):
+    """No broker in ``bootstrap.servers`` answered within the request timeout."""
+
+
+class TopicExistsError(OpsError):
+    """A topic to be created already exists."""
+
+
+class UnknownTopicError(OpsError):
+    """A topic (or a partition of it) named by the user does not exist."""
+
+
+class KafkaRequestError(OpsError):
+    """A broker rejected a request, or it did not complete in time."""
+
+
+class DeliveryError(OpsError):
+    """At least one produced record was not acknowledged by the broker."""
+
+
+class InvalidInputError(OpsError):
+    """Input read from stdin, or a combination of options, cannot be processed."""
+
+
+class VerificationError(OpsError):
+    """The demo read back something other than what it wrote."""

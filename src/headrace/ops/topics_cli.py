@@ -1,0 +1,126 @@
+"""``headrace topics ...``: the Typer sub-application over ``headrace.ops.topics``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS
+from headrace.ops.console import BootstrapServers, stdout
+from headrace.ops.topics import TopicAdmin, TopicDescription, parse_configs
+
+app = typer.Typer(
+    name="topics",
+    help="Create, list, describe and delete topics.",
+    no_args_is_help=True,
+)
+
+TopicName = Annotated[str, typer.Argument(help="Topic name.", show_default=False)]
+
+
+@app.command("create")
+def create(
+    name: TopicName,
+    partitions: Annotated[
+        int | None,
+        typer.Option(
+            "--partitions", "-p", min=1, help="Number of partitions [default: the broker's]."
+        ),
+    ] = None,
+    replication_factor: Annotated[
+        int, typer.Option("--replication-factor", "-r", min=1, help="Replicas per partition.")
+    ] = 1,
+    config: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--config",
+            "-c",
+            metavar="NAME=VALUE",
+            help="Topic config override, e.g. retention.ms=60000; repeatable.",
+        ),
+    ] = None,
+    bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS,
+) -> None:
+    """Create a topic. Fails if it exists already."""
+    try:
+        configs = parse_configs(config or [])
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="'--config'") from e
+    TopicAdmin(bootstrap_servers).create(name, partitions, replication_factor, configs)
+    stdout.print(f"Created topic [bold]{escape(name)}[/bold].")
+
+
+@app.command("list")
+def list_topics(
+    names_only: Annotated[
+        bool, typer.Option("--names-only", "-q", help="Print bare names, one per line.")
+    ] = False,
+    bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS,
+) -> None:
+    """List the topics of the cluster, internal ones included."""
+    topics = TopicAdmin(bootstrap_servers).list_topics()
+    if names_only:
+        for topic in topics:
+            typer.echo(topic.name)
+        return
+    if not topics:
+        stdout.print("No topics.")
+        return
+    table = Table("Topic", "Partitions")
+    for topic in topics:
+        table.add_row(escape(topic.name), str(topic.partitions))
+    stdout.print(table)
+
+
+@app.command("describe")
+def describe(
+    name: TopicName,
+    bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS,
+) -> None:
+    """Show a topic's partitions (leader, replicas, in-sync replicas) and its configs."""
+    stdout.print(_render(TopicAdmin(bootstrap_servers).describe(name)))
+
+
+@app.command("delete")
+def delete(
+    name: TopicName,
+    bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS,
+) -> None:
+    """Delete a topic and all its records. Fails if it does not exist."""
+    TopicAdmin(bootstrap_servers).delete(name)
+    stdout.print(f"Deleted topic [bold]{escape(name)}[/bold].")
+
+
+def _render(topic: TopicDescription) -> Table:
+    grid = Table.grid(padding=(0, 1))
+    grid.add_row(
+        f"Topic [bold]{escape(topic.name)}[/bold]: {len(topic.partitions)} partitions, "
+        f"replication factor {topic.replication_factor}"
+    )
+    partitions = Table("Partition", "Leader", "Replicas", "In-sync replicas", "Error")
+    for p in topic.partitions:
+        partitions.add_row(
+            str(p.partition),
+            str(p.leader) if p.leader >= 0 else "none",
+            _ids(p.replicas),
+            _ids(p.isr),
+            escape(p.error or ""),
+        )
+    grid.add_row(partitions)
+    if topic.configs:
+        configs = Table("Config", "Value", "Source")
+        for c in topic.configs:
+            value = "(sensitive)" if c.value is None else c.value
+            style = "" if c.is_default else "bold"
+            configs.add_row(escape(c.name), escape(value), c.source, style=style)
+        grid.add_row(configs)
+    else:
+        grid.add_row("The broker reported no configs for this topic.")
+    return grid
+
+
+def _ids(ids: tuple[int, ...]) -> str:
+    return ",".join(map(str, ids)) or "-"

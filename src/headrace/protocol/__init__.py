@@ -1,0 +1,1 @@
+"""Kafka wire-protocol glue: error codes, record-batch framing helpers. No I/O."""

@@ -1,0 +1,63 @@
+"""Kafka error codes, and the protocol component's errors.
+
+Broker code raises ``KafkaProtocolError`` carrying a code; handlers turn it into the
+code in their response at the boundary.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+from headrace.errors import HeadraceError
+
+
+class ErrorCode(IntEnum):
+    """Error codes as numbered by Apache Kafka (names in Kafka's spelling)."""
+
+    UNKNOWN_SERVER_ERROR = -1
+    NONE = 0
+    OFFSET_OUT_OF_RANGE = 1
+    CORRUPT_MESSAGE = 2
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    INVALID_FETCH_SIZE = 4
+    LEADER_NOT_AVAILABLE = 5
+    NOT_LEADER_OR_FOLLOWER = 6
+    REQUEST_TIMED_OUT = 7
+    MESSAGE_TOO_LARGE = 10
+    OFFSET_METADATA_TOO_LARGE = 12
+    NETWORK_EXCEPTION = 13
+    COORDINATOR_LOAD_IN_PROGRESS = 14
+    COORDINATOR_NOT_AVAILABLE = 15
+    NOT_COORDINATOR = 16
+    INVALID_TOPIC_EXCEPTION = 17
+    RECORD_LIST_TOO_LARGE = 18
+    INVALID_REQUIRED_ACKS = 21
+    INVALID_TIMESTAMP = 32
+    UNSUPPORTED_VERSION = 35
+    TOPIC_ALREADY_EXISTS = 36
+    INVALID_PARTITIONS = 37
+    INVALID_REPLICATION_FACTOR = 38
+    INVALID_REQUEST = 42
+    INVALID_REPLICA_ASSIGNMENT = 39
+    UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
+    INVALID_CONFIG = 40
+    POLICY_VIOLATION = 44
+    CLUSTER_AUTHORIZATION_FAILED = 31
+    UNSUPPORTED_COMPRESSION_TYPE = 76
+    INVALID_RECORD = 87
+    KAFKA_STORAGE_ERROR = 56
+    UNKNOWN_TOPIC_ID = 100
+    INCONSISTENT_TOPIC_ID = 103
+    RESOURCE_NOT_FOUND = 91
+
+
+class ProtocolError(HeadraceError):
+    """Malformed bytes on the wire or in a record batch."""
+
+
+class KafkaProtocolError(HeadraceError):
+    """An error that maps to a Kafka error code in a response."""
+
+    def __init__(self, code: ErrorCode, message: str = "") -> None:
+        super().__init__(message or code.name)
+        self.code = code

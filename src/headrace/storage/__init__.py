@@ -1,0 +1,4 @@
+"""The partition log: segment files, sparse offset/time indexes, recovery, retention.
+
+Knows nothing about sockets; the broker drives it from its event loop.
+"""

@@ -1,0 +1,25 @@
+"""Storage errors."""
+
+from __future__ import annotations
+
+from headrace.errors import HeadraceError
+
+
+class StorageError(HeadraceError):
+    """A log could not be read or written."""
+
+
+class OffsetOutOfRangeError(StorageError):
+    """A read asked for an offset outside ``[log_start_offset, log_end_offset]``."""
+
+
+class TopicExistsError(StorageError):
+    """CreateTopics for a name that is taken."""
+
+
+class UnknownTopicError(StorageError):
+    """The topic or partition does not exist."""
+
+
+class InvalidTopicError(StorageError):
+    """The topic name is not legal in Kafka."""

@@ -1,0 +1,219 @@
+"""A partition's log: an ordered list of segments with one active segment at the end.
+
+Offsets: ``log_start_offset`` is the first offset still stored; ``log_end_offset`` is the
+offset the next record will get. On one broker the high watermark equals the log end
+offset once an append returns. Not thread-safe; driven from the broker's event loop,
+except ``flush`` which may run on a worker thread while appends continue.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import shutil
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from headrace.protocol.records import HEADER_SIZE, BatchHeader, parse_header, rewrite_base_offset
+from headrace.storage.config import LogConfig
+from headrace.storage.errors import OffsetOutOfRangeError
+from headrace.storage.segment import Segment
+
+CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    base_offset: int
+    last_offset: int
+    log_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    """Whole batches read from one segment: ``data`` may be empty at the log end."""
+
+    data: bytes
+    high_watermark: int
+    log_start_offset: int
+
+
+class PartitionLog:
+    """The log of one topic partition, stored in ``directory``."""
+
+    def __init__(self, directory: Path, config: LogConfig, recover_fully: bool) -> None:
+        self.directory = directory
+        self.config = config
+        directory.mkdir(parents=True, exist_ok=True)
+        bases = sorted(int(p.stem) for p in directory.glob("*.log") if p.stem.isdigit())
+        self.segments: list[Segment] = [
+            Segment(directory, b, config.index_interval_bytes) for b in bases
+        ]
+        if not self.segments:
+            self.segments.append(Segment(directory, 0, config.index_interval_bytes))
+        self._bases = [s.base_offset for s in self.segments]
+        self.truncated_bytes = 0
+        for i, seg in enumerate(self.segments):
+            active = i == len(self.segments) - 1
+            # Only the tail can be torn by a crash; older segments need their end offset.
+            self.truncated_bytes += seg.recover(full=recover_fully and active)
+        self._dirty = False
+
+    # --- offsets ----------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.segments[0].base_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.segments[-1].next_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    # --- append -----------------------------------------------------------------------
+
+    def append(
+        self, data: bytearray, headers: list[BatchHeader], leader_epoch: int = 0
+    ) -> AppendResult:
+        """Assign offsets to validated batches (rewriting baseOffset in place) and append
+        them. Returns the first and last offsets assigned. Does not fsync."""
+        next_offset = self.log_end_offset
+        base = next_offset
+        pos = 0
+        assigned: list[BatchHeader] = []
+        for h in headers:
+            rewrite_base_offset(data, pos, next_offset, leader_epoch)
+            assigned.append(replace(h, base_offset=next_offset))
+            next_offset += h.last_offset_delta + 1
+            pos += h.size
+        self._maybe_roll(len(data))
+        self.segments[-1].append(data, assigned)
+        self._dirty = True
+        return AppendResult(base, next_offset - 1, self.log_start_offset)
+
+    def _maybe_roll(self, incoming: int) -> None:
+        active = self.segments[-1]
+        if active.size == 0:
+            return
+        too_big = active.size + incoming > self.config.segment_bytes
+        too_old = time.time() * 1000 - active.created_ms > self.config.segment_ms
+        if too_big or too_old:
+            self.roll()
+
+    def roll(self) -> None:
+        """Start a new active segment at the log end offset."""
+        seg = Segment(self.directory, self.log_end_offset, self.config.index_interval_bytes)
+        self.segments.append(seg)
+        self._bases.append(seg.base_offset)
+
+    # --- read -------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, min_one: bool = True) -> ReadResult:
+        """Whole batches starting with the one holding ``offset``, up to ``max_bytes``.
+
+        With ``min_one`` the first batch is returned even when larger than ``max_bytes``
+        (KIP-74), so a consumer always makes progress. Raises ``OffsetOutOfRangeError``
+        outside ``[log_start_offset, log_end_offset]``. Blocking only for page-cache reads.
+        """
+        hw = self.log_end_offset
+        if offset < self.log_start_offset or offset > hw:
+            raise OffsetOutOfRangeError(f"offset {offset} not in [{self.log_start_offset}, {hw}]")
+        i = bisect.bisect_right(self._bases, offset) - 1
+        while i < len(self.segments):
+            seg = self.segments[i]
+            found = seg.find_batch(offset)
+            if found is not None:
+                pos, first = found
+                return ReadResult(self._read_batches(seg, pos, first, max_bytes, min_one), hw,
+                                  self.log_start_offset)
+            i += 1
+        return ReadResult(b"", hw, self.log_start_offset)
+
+    def _read_batches(
+        self, seg: Segment, pos: int, first: BatchHeader, max_bytes: int, min_one: bool
+    ) -> bytes:
+        if first.size > max_bytes:
+            return seg.read(pos, first.size) if min_one else b""
+        want = min(max_bytes, seg.size - pos)
+        data = seg.read(pos, want)
+        # Cut at the last whole batch so no torn batch is ever served.
+        end = 0
+        view = memoryview(data)
+        while len(view) - end >= HEADER_SIZE:
+            size = parse_header(view, end).size
+            if end + size > len(view):
+                break
+            end += size
+        return data if end == len(data) else data[:end]
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first batch whose max timestamp is >= ``timestamp``
+        (batch granularity), or None when no batch reaches it."""
+        for seg in self.segments:
+            if seg.max_timestamp < timestamp:
+                continue
+            start = seg.offset_index.lookup(seg.time_index.lookup(timestamp))
+            for _, header in seg.iter_batches(start):
+                if header.max_timestamp >= timestamp:
+                    return header.base_offset, header.max_timestamp
+        return None
+
+    def max_timestamp(self) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the batch with the largest timestamp (KIP-734)."""
+        best: tuple[int, int] | None = None
+        for seg in self.segments:
+            if seg.max_timestamp >= 0 and (best is None or seg.max_timestamp > best[1]):
+                found = self.offset_for_timestamp(seg.max_timestamp)
+                if found is not None:
+                    best = found
+        return best
+
+    # --- maintenance ------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """fsync every segment written since the last flush. Blocking."""
+        if not self._dirty:
+            return
+        self._dirty = False
+        for seg in self.segments[-2:]:
+            seg.flush()
+        _fsync_dir(self.directory)
+
+    def enforce_retention(self, now_ms: int) -> int:
+        """Delete whole non-active segments past ``retention.ms`` / ``retention.bytes``.
+        Returns the number of segments deleted."""
+        deleted = 0
+        cfg = self.config
+        while len(self.segments) > 1:
+            oldest = self.segments[0]
+            expired = cfg.retention_ms >= 0 and oldest.max_timestamp >= 0 and (
+                now_ms - oldest.max_timestamp > cfg.retention_ms
+            )
+            over = cfg.retention_bytes >= 0 and self.size_bytes - oldest.size >= cfg.retention_bytes
+            if not (expired or over):
+                break
+            self.segments.pop(0)
+            self._bases.pop(0)
+            oldest.delete()
+            deleted += 1
+        return deleted
+
+    def close(self) -> None:
+        for seg in self.segments:
+            seg.close()
+
+    def delete(self) -> None:
+        self.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,196 @@
+"""All topics and partitions of one broker's data directory.
+
+Layout::
+
+    DATA_DIR/
+      meta.json                  cluster id
+      .clean_shutdown            present only after a clean shutdown
+      __topics/<topic>.json      topic id, partition count, config overrides
+      <topic>-<partition>/       one PartitionLog each
+
+Topic metadata is written atomically (temp file, fsync, rename) before any partition
+directory exists, so a crash never leaves a topic half-created. Deleting renames the
+metadata away first, then removes the partition directories.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from headrace.storage.config import LogConfig
+from headrace.storage.errors import InvalidTopicError, TopicExistsError, UnknownTopicError
+from headrace.storage.log import CLEAN_SHUTDOWN_FILE, PartitionLog
+
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+
+
+@dataclass
+class Topic:
+    name: str
+    topic_id: uuid.UUID
+    config_overrides: dict[str, str]
+    config: LogConfig
+    partitions: list[PartitionLog] = field(default_factory=list)
+
+
+def validate_topic_name(name: str) -> None:
+    """Raise ``InvalidTopicError`` unless ``name`` is a legal Kafka topic name."""
+    if name in (".", "..") or not _LEGAL_TOPIC.match(name):
+        raise InvalidTopicError(
+            f"illegal topic name {name!r}: use 1-249 of [a-zA-Z0-9._-], not '.' or '..'"
+        )
+
+
+class LogManager:
+    """Owns every PartitionLog. Not thread-safe; the broker calls it from its event loop."""
+
+    def __init__(self, data_dir: Path, default_config: LogConfig) -> None:
+        self.data_dir = data_dir
+        self.default_config = default_config
+        self.topics: dict[str, Topic] = {}
+        data_dir.mkdir(parents=True, exist_ok=True)
+        (data_dir / "__topics").mkdir(exist_ok=True)
+        marker = data_dir / CLEAN_SHUTDOWN_FILE
+        self.recovered_uncleanly = not marker.exists() and any(data_dir.glob("__topics/*.json"))
+        marker.unlink(missing_ok=True)
+        self.cluster_id = self._load_cluster_id()
+        self.truncated_bytes = 0
+        for meta in sorted((data_dir / "__topics").glob("*.json")):
+            self._load_topic(meta)
+
+    def _load_cluster_id(self) -> str:
+        path = self.data_dir / "meta.json"
+        if path.exists():
+            return str(json.loads(path.read_text())["cluster_id"])
+        cluster_id = _short_uuid()
+        _write_atomic(path, json.dumps({"cluster_id": cluster_id}))
+        return cluster_id
+
+    def _load_topic(self, meta: Path) -> None:
+        info = json.loads(meta.read_text())
+        overrides = dict(info.get("configs", {}))
+        topic = Topic(info["name"], uuid.UUID(info["topic_id"]), overrides,
+                      self.default_config.with_overrides(overrides))
+        for p in range(int(info["partitions"])):
+            log = PartitionLog(self._partition_dir(topic.name, p), topic.config,
+                               recover_fully=self.recovered_uncleanly)
+            self.truncated_bytes += log.truncated_bytes
+            topic.partitions.append(log)
+        self.topics[topic.name] = topic
+
+    def _partition_dir(self, topic: str, partition: int) -> Path:
+        return self.data_dir / f"{topic}-{partition}"
+
+    def _save_topic(self, topic: Topic, partitions: int | None = None) -> None:
+        _write_atomic(self.data_dir / "__topics" / f"{topic.name}.json", json.dumps({
+            "name": topic.name,
+            "topic_id": str(topic.topic_id),
+            "partitions": len(topic.partitions) if partitions is None else partitions,
+            "configs": topic.config_overrides,
+        }))
+
+    # --- topics -----------------------------------------------------------------------
+
+    def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None,
+                     validate_only: bool = False) -> Topic:
+        """Create a topic with ``partitions`` empty partitions. Raises ``InvalidTopicError``,
+        ``TopicExistsError`` or ``ValueError`` (bad partition count or config)."""
+        validate_topic_name(name)
+        if name in self.topics:
+            raise TopicExistsError(f"topic {name!r} already exists")
+        if partitions < 1:
+            raise ValueError(f"number of partitions must be at least 1, got {partitions}")
+        overrides = dict(configs or {})
+        topic = Topic(name, uuid.uuid4(), overrides, self.default_config.with_overrides(overrides))
+        if validate_only:
+            return topic
+        self._save_topic(topic, partitions)
+        for p in range(partitions):
+            # Leftovers of a delete interrupted by a crash must not come back to life.
+            shutil.rmtree(self._partition_dir(name, p), ignore_errors=True)
+            topic.partitions.append(
+                PartitionLog(self._partition_dir(name, p), topic.config, recover_fully=False))
+        self.topics[name] = topic
+        return topic
+
+    def delete_topic(self, name: str) -> Topic:
+        topic = self.get_topic(name)
+        (self.data_dir / "__topics" / f"{name}.json").unlink()
+        del self.topics[name]
+        for log in topic.partitions:
+            log.delete()
+        return topic
+
+    def add_partitions(self, name: str, total: int, validate_only: bool = False) -> None:
+        """Grow ``name`` to ``total`` partitions (never shrinks: ``ValueError``)."""
+        topic = self.get_topic(name)
+        if total <= len(topic.partitions):
+            raise ValueError(f"topic {name!r} has {len(topic.partitions)} partitions; "
+                             f"the new count must be larger, got {total}")
+        if validate_only:
+            return
+        for p in range(len(topic.partitions), total):
+            topic.partitions.append(
+                PartitionLog(self._partition_dir(name, p), topic.config, recover_fully=False))
+        self._save_topic(topic)
+
+    def alter_configs(self, name: str, overrides: dict[str, str]) -> None:
+        """Replace the topic's config overrides (validated first). New values apply to
+        new segments and reads; existing segment files are not rewritten."""
+        topic = self.get_topic(name)
+        config = self.default_config.with_overrides(overrides)
+        topic.config_overrides = dict(overrides)
+        topic.config = config
+        for log in topic.partitions:
+            log.config = config
+        self._save_topic(topic)
+
+    def get_topic(self, name: str) -> Topic:
+        topic = self.topics.get(name)
+        if topic is None:
+            raise UnknownTopicError(f"unknown topic {name!r}")
+        return topic
+
+    def get_log(self, name: str, partition: int) -> PartitionLog:
+        topic = self.get_topic(name)
+        if not 0 <= partition < len(topic.partitions):
+            raise UnknownTopicError(f"unknown partition {name}-{partition}")
+        return topic.partitions[partition]
+
+    def all_logs(self) -> list[PartitionLog]:
+        return [log for t in self.topics.values() for log in t.partitions]
+
+    def close(self) -> None:
+        """Flush and close everything, then mark the shutdown clean."""
+        for log in self.all_logs():
+            log.flush()
+            log.close()
+        (self.data_dir / CLEAN_SHUTDOWN_FILE).touch()
+
+
+def _short_uuid() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+__all__ = ["LogManager", "Topic", "validate_topic_name"]

@@ -1,0 +1,184 @@
+"""One segment of a partition log: ``<base>.log`` plus its ``.index`` and ``.timeindex``.
+
+The log file holds producer batches verbatim, each with its assigned base offset. All
+writes are appends at ``size``; reads are ``pread`` byte ranges. Not thread-safe: the
+broker calls it from one event loop.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from headrace.protocol.records import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchHeader,
+    magic_at,
+    parse_header,
+    scan_batches,
+)
+from headrace.storage.index import OffsetIndex, TimeIndex
+
+SCAN_CHUNK = 4 * 1024 * 1024
+
+
+def segment_name(base_offset: int) -> str:
+    return f"{base_offset:020d}"
+
+
+class Segment:
+    """A log segment. ``next_offset`` is one past the last offset stored in it."""
+
+    def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int) -> None:
+        self.base_offset = base_offset
+        self.path = directory / f"{segment_name(base_offset)}.log"
+        self._index_interval = index_interval_bytes
+        existed = self.path.exists()
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.size = os.fstat(self._fd).st_size
+        self.offset_index = OffsetIndex(directory / f"{segment_name(base_offset)}.index")
+        self.time_index = TimeIndex(directory / f"{segment_name(base_offset)}.timeindex")
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self.created_ms = int(time.time() * 1000)
+        if existed:
+            self.created_ms = int(os.fstat(self._fd).st_mtime * 1000)
+        self._bytes_since_index = 0
+
+    # --- recovery ---------------------------------------------------------------------
+
+    def recover(self, full: bool) -> int:
+        """Establish ``next_offset``/``max_timestamp`` from the file; returns bytes truncated.
+
+        ``full``: validate every batch's CRC from the start, truncate at the first torn or
+        corrupt batch, and rebuild both indexes. Otherwise trust the file up to the last
+        offset-index entry and scan headers from there (clean shutdown). Never raises on
+        bad data.
+        """
+        if full or self._indexes_suspect():
+            self.offset_index.truncate(0)
+            self.time_index.truncate(0)
+            start, rebuild = 0, True
+        else:
+            start, rebuild = self.offset_index.lookup(1 << 32), False
+            self.max_timestamp = self.time_index.max_timestamp()
+        valid_end = start
+        self._bytes_since_index = self._index_interval  # index the first batch seen
+        for pos, header in self.iter_batches(start, check_crc=full or rebuild):
+            if rebuild:
+                self._index(pos, header)
+            else:
+                self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
+            self.next_offset = header.last_offset + 1
+            valid_end = pos + header.size
+        truncated = self.size - valid_end
+        if truncated:
+            os.ftruncate(self._fd, valid_end)
+            self.size = valid_end
+            self.offset_index.truncate_to_position(valid_end)
+        return truncated
+
+    def _indexes_suspect(self) -> bool:
+        last = self.offset_index.last()
+        return self.size > 0 and (last is None or last[1] >= self.size)
+
+    def iter_batches(
+        self, start: int = 0, check_crc: bool = False, chunk_size: int = SCAN_CHUNK
+    ) -> Iterator[tuple[int, BatchHeader]]:
+        """Yield ``(position, header)`` of each valid batch from ``start``, stopping at the
+        first invalid or incomplete one. Reads in chunks; memory bounded by the largest batch.
+        """
+        pos = start
+        while pos < self.size:
+            chunk = os.pread(self._fd, max(chunk_size, HEADER_SIZE), pos)
+            consumed = 0
+            for rel, header in scan_batches(chunk, check_crc=check_crc):
+                yield pos + rel, header
+                consumed = rel + header.size
+            if consumed == 0:
+                # One batch larger than the chunk: read exactly it, or stop at a torn tail.
+                big = self._read_one_large(pos, check_crc)
+                if big is None:
+                    return
+                yield pos, big
+                consumed = big.size
+            pos += consumed
+
+    def _read_one_large(self, pos: int, check_crc: bool) -> BatchHeader | None:
+        head = os.pread(self._fd, HEADER_SIZE, pos)
+        if len(head) < HEADER_SIZE or magic_at(head) != 2:
+            return None
+        header = parse_header(head)
+        if header.batch_length < HEADER_SIZE - LOG_OVERHEAD or pos + header.size > self.size:
+            return None
+        whole = os.pread(self._fd, header.size, pos)
+        for _, h in scan_batches(whole, check_crc=check_crc):
+            return h
+        return None
+
+    # --- append -------------------------------------------------------------------------
+
+    def append(self, data: bytes | bytearray | memoryview, headers: list[BatchHeader]) -> None:
+        """Append whole batches (offsets already assigned) and index them.
+
+        Blocking only as long as a page-cache write; durability comes from ``flush``.
+        """
+        pos = self.size
+        view = memoryview(data)
+        written = 0
+        while written < len(view):
+            written += os.pwrite(self._fd, view[written:], pos + written)
+        for header in headers:
+            self._index(pos, header)
+            pos += header.size
+        self.size = pos
+
+    def _index(self, pos: int, header: BatchHeader) -> None:
+        relative = header.base_offset - self.base_offset
+        if self._bytes_since_index >= self._index_interval:
+            self.offset_index.append(relative, pos)
+            self._bytes_since_index = 0
+        self._bytes_since_index += header.size
+        if header.max_timestamp > self.max_timestamp:
+            self.time_index.append(header.max_timestamp, relative)
+            self.max_timestamp = header.max_timestamp
+        self.next_offset = header.last_offset + 1
+
+    # --- read ---------------------------------------------------------------------------
+
+    def position_for(self, offset: int) -> int:
+        """A batch boundary at or before the batch holding ``offset`` (from the index)."""
+        return self.offset_index.lookup(offset - self.base_offset)
+
+    def find_batch(self, offset: int, start: int | None = None) -> tuple[int, BatchHeader] | None:
+        """The first batch whose last offset is >= ``offset``, or None past the end."""
+        begin = self.position_for(offset) if start is None else start
+        for pos, header in self.iter_batches(begin, chunk_size=self._index_interval + 64 * 1024):
+            if header.last_offset >= offset:
+                return pos, header
+        return None
+
+    def read(self, position: int, length: int) -> bytes:
+        return os.pread(self._fd, length, position)
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def flush(self) -> None:
+        """fsync the log file and its indexes (blocking; call off the event loop)."""
+        os.fsync(self._fd)
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def close(self) -> None:
+        os.close(self._fd)
+        self.offset_index.close()
+        self.time_index.close()
+
+    def delete(self) -> None:
+        self.close()
+        for suffix in (".log", ".index", ".timeindex"):
+            self.path.with_suffix(suffix).unlink(missing_ok=True)

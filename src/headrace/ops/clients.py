@@ -128,7 +128,9 @@ def fetch_metadata(
             raise BrokerUnreachableError(f"cannot reach a broker at {bootstrap_servers}{detail}")
         if time.monotonic() >= deadline:
             if pending is not None:
-                raise KafkaRequestError(f"topic {topic!r} still not ready after {timeout:g} s: {pending}")
+                raise KafkaRequestError(
+                    f"topic {topic!r} still not ready after {timeout:g} s: {pending}"
+                )
             raise BrokerUnreachableError(
                 f"no answer from a broker at {bootstrap_servers} within {timeout:g} s"
             )

@@ -97,7 +97,9 @@ class TopicAdmin:
         self._timeout = timeout
         self._errors = ClientErrors()
         # Describing a topic must never create it.
-        config = client_config(bootstrap_servers, self._errors, **{"allow.auto.create.topics": False})
+        config = client_config(
+            bootstrap_servers, self._errors, **{"allow.auto.create.topics": False}
+        )
         self._admin = AdminClient(config)
 
     def create(

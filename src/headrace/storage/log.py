@@ -15,9 +15,11 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from headrace.protocol.errors import ErrorCode, KafkaProtocolError
 from headrace.protocol.records import HEADER_SIZE, BatchHeader, parse_header, rewrite_base_offset
 from headrace.storage.config import LogConfig
 from headrace.storage.errors import OffsetOutOfRangeError
+from headrace.storage.producer_state import ProducerStateManager
 from headrace.storage.segment import Segment
 
 CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
@@ -54,10 +56,14 @@ class PartitionLog:
             self.segments.append(Segment(directory, 0, config.index_interval_bytes))
         self._bases = [s.base_offset for s in self.segments]
         self.truncated_bytes = 0
+        self.producer_state = ProducerStateManager()
         for i, seg in enumerate(self.segments):
             active = i == len(self.segments) - 1
             # Only the tail can be torn by a crash; older segments need their end offset.
-            self.truncated_bytes += seg.recover(full=recover_fully and active)
+            # Producer state is rebuilt from the batches the recovery scan sees.
+            self.truncated_bytes += seg.recover(
+                full=recover_fully and active,
+                on_batch=self.producer_state.observe if active else None)
         self._dirty = False
 
     # --- offsets ----------------------------------------------------------------------
@@ -80,14 +86,28 @@ class PartitionLog:
         self, data: bytearray, headers: list[BatchHeader], leader_epoch: int = 0
     ) -> AppendResult:
         """Assign offsets to validated batches (rewriting baseOffset in place) and append
-        them. Returns the first and last offsets assigned. Does not fsync."""
+        them. Returns the first and last offsets assigned. Does not fsync.
+
+        Idempotent producers: a retried duplicate of a recent batch appends nothing and
+        returns the original offsets; a stale epoch or sequence gap raises
+        ``KafkaProtocolError`` before anything is written.
+        """
+        for h in headers:
+            duplicate = self.producer_state.check(h)
+            if duplicate is not None:
+                if len(headers) > 1:
+                    raise KafkaProtocolError(ErrorCode.DUPLICATE_SEQUENCE_NUMBER)
+                return AppendResult(duplicate.first_offset, duplicate.last_offset,
+                                    self.log_start_offset)
         next_offset = self.log_end_offset
         base = next_offset
         pos = 0
         assigned: list[BatchHeader] = []
         for h in headers:
             rewrite_base_offset(data, pos, next_offset, leader_epoch)
-            assigned.append(replace(h, base_offset=next_offset))
+            stamped = replace(h, base_offset=next_offset)
+            assigned.append(stamped)
+            self.producer_state.observe(stamped)
             next_offset += h.last_offset_delta + 1
             pos += h.size
         self._maybe_roll(len(data))

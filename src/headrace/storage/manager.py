@@ -28,6 +28,7 @@ from headrace.storage.config import LogConfig
 from headrace.storage.errors import InvalidTopicError, TopicExistsError, UnknownTopicError
 from headrace.storage.log import CLEAN_SHUTDOWN_FILE, PartitionLog
 
+PRODUCER_ID_BLOCK = 1000
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
 
@@ -68,10 +69,24 @@ class LogManager:
     def _load_cluster_id(self) -> str:
         path = self.data_dir / "meta.json"
         if path.exists():
-            return str(json.loads(path.read_text())["cluster_id"])
+            meta = json.loads(path.read_text())
+            self._producer_id_next = self._producer_id_limit = int(meta.get("producer_id_limit", 0))
+            return str(meta["cluster_id"])
         cluster_id = _short_uuid()
-        _write_atomic(path, json.dumps({"cluster_id": cluster_id}))
+        self._producer_id_next = self._producer_id_limit = 0
+        _write_atomic(path, json.dumps({"cluster_id": cluster_id, "producer_id_limit": 0}))
         return cluster_id
+
+    def allocate_producer_id(self) -> int:
+        """A producer id never handed out before by this data directory, even across
+        crashes: ids are reserved in persisted blocks of ``PRODUCER_ID_BLOCK``."""
+        if self._producer_id_next >= self._producer_id_limit:
+            self._producer_id_limit += PRODUCER_ID_BLOCK
+            _write_atomic(self.data_dir / "meta.json", json.dumps(
+                {"cluster_id": self.cluster_id, "producer_id_limit": self._producer_id_limit}))
+        pid = self._producer_id_next
+        self._producer_id_next += 1
+        return pid
 
     def _load_topic(self, meta: Path) -> None:
         info = json.loads(meta.read_text())

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from headrace.protocol.records import (
@@ -50,13 +50,13 @@ class Segment:
 
     # --- recovery ---------------------------------------------------------------------
 
-    def recover(self, full: bool) -> int:
+    def recover(self, full: bool, on_batch: Callable[[BatchHeader], None] | None = None) -> int:
         """Establish ``next_offset``/``max_timestamp`` from the file; returns bytes truncated.
 
         ``full``: validate every batch's CRC from the start, truncate at the first torn or
         corrupt batch, and rebuild both indexes. Otherwise trust the file up to the last
         offset-index entry and scan headers from there (clean shutdown). Never raises on
-        bad data.
+        bad data. ``on_batch`` sees every valid batch scanned, in order.
         """
         if full or self._indexes_suspect():
             self.offset_index.truncate(0)
@@ -74,6 +74,8 @@ class Segment:
                 self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
             self.next_offset = header.last_offset + 1
             valid_end = pos + header.size
+            if on_batch is not None:
+                on_batch(header)
         truncated = self.size - valid_end
         if truncated:
             os.ftruncate(self._fd, valid_end)

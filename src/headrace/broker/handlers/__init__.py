@@ -11,6 +11,7 @@ MODULES = (
     "fetch",
     "list_offsets",
     "offset_for_leader_epoch",
+    "init_producer_id",
     "create_topics",
     "delete_topics",
     "create_partitions",

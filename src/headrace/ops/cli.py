@@ -1,0 +1,256 @@
+"""The ``headrace`` command line (entry point ``main``).
+
+Exit status: 0 on success, 1 when a command fails (the message goes to stderr, without a
+traceback), 2 for a usage error. Client commands reach the broker only through
+confluent-kafka; ``broker`` and ``demo`` start a broker and import it lazily, so the client
+commands never pay for loading it.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from headrace.errors import HeadraceError
+from headrace.ops import topics_cli
+from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS, LIBRDKAFKA_LOGGER
+from headrace.ops.console import BootstrapServers, print_error, stderr, stdout
+from headrace.ops.consume import ConsumeOptions, consume
+from headrace.ops.errors import InvalidInputError, OpsError, VerificationError
+from headrace.ops.produce import ProduceOptions, produce_lines
+
+app = typer.Typer(
+    name="headrace",
+    help="headrace: a Kafka-protocol log broker, and tools that talk to any Kafka broker.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(topics_cli.app)
+
+
+class Acks(StrEnum):
+    """Acknowledgements a produce waits for (Kafka's ``acks``)."""
+
+    ALL = "all"
+    LEADER = "1"
+    NONE = "0"
+
+
+@app.callback()
+def _root(
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Show the Kafka client's own log on stderr.")
+    ] = False,
+) -> None:
+    if verbose:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s librdkafka: %(message)s"))
+        LIBRDKAFKA_LOGGER.addHandler(handler)
+        LIBRDKAFKA_LOGGER.setLevel(logging.DEBUG)
+
+
+@app.command()
+def broker(
+    data_dir: Annotated[
+        Path,
+        typer.Option("--data-dir", file_okay=False, help="Directory holding the topic logs."),
+    ],
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[
+        int, typer.Option(min=0, max=65535, help="Port to listen on; 0 picks a free one.")
+    ] = 9092,
+    auto_create_topics: Annotated[
+        bool,
+        typer.Option(
+            "--auto-create-topics/--no-auto-create-topics",
+            help="Create a topic when a client asks for one that does not exist.",
+        ),
+    ] = True,
+    num_partitions: Annotated[
+        int, typer.Option(min=1, help="Partitions of a topic created without a count.")
+    ] = 1,
+    fsync: Annotated[
+        bool, typer.Option("--fsync", help="fsync the log before acknowledging a produce.")
+    ] = False,
+    node_id: Annotated[int, typer.Option(min=0, help="This broker's Kafka node id.")] = 0,
+    advertised_host: Annotated[
+        str | None,
+        typer.Option(help="Host name clients are told to connect to [default: --host]."),
+    ] = None,
+    segment_bytes: Annotated[
+        int | None,
+        typer.Option(min=1, help="Roll a log segment after this many bytes [default: 1 GiB]."),
+    ] = None,
+) -> None:
+    """Run a broker in the foreground until Ctrl-C (SIGINT) or SIGTERM."""
+    from dataclasses import replace
+
+    from headrace.broker.config import BrokerConfig
+    from headrace.broker.server import run
+    from headrace.storage.config import LogConfig
+
+    log = LogConfig(flush_on_ack=fsync)
+    if segment_bytes is not None:
+        log = replace(log, segment_bytes=segment_bytes)
+    config = BrokerConfig(
+        data_dir=data_dir,
+        host=host,
+        port=port,
+        advertised_host=advertised_host,
+        node_id=node_id,
+        auto_create_topics=auto_create_topics,
+        num_partitions=num_partitions,
+        log=log,
+    )
+    try:
+        run(config)
+    except OSError as e:
+        raise OpsError(f"the broker could not start on {host}:{port}: {e}") from e
+
+
+@app.command()
+def produce(
+    topic: Annotated[str, typer.Argument(help="Topic to produce to.", show_default=False)],
+    key_separator: Annotated[
+        str | None,
+        typer.Option(
+            help="Split each line at the first SEP into key and value [default: no keys].",
+            metavar="SEP",
+        ),
+    ] = None,
+    partition: Annotated[
+        int | None,
+        typer.Option(
+            "--partition", "-p", min=0, help="Produce to this partition [default: by key]."
+        ),
+    ] = None,
+    acks: Annotated[
+        Acks, typer.Option(help="Acknowledgements to wait for: all replicas, leader, none.")
+    ] = Acks.ALL,
+    bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS,
+) -> None:
+    """Produce one record per line of stdin.
+
+    Keyed records are partitioned with Kafka's murmur2 partitioner, as a Java client would.
+    Exits 1 if any record was not delivered.
+    """
+    if key_separator == "":
+        raise typer.BadParameter("must not be empty", param_hint="'--key-separator'")
+    if sys.stdin.isatty():
+        stderr.print("Reading records from stdin, one per line; end with Ctrl-D.")
+    options = ProduceOptions(
+        bootstrap_servers=bootstrap_servers,
+        topic=topic,
+        key_separator=key_separator.encode() if key_separator is not None else None,
+        partition=partition,
+        acks=acks.value,
+    )
+    result = produce_lines(sys.stdin.buffer, options)
+    spread = ", ".join(f"{p}: {n}" for p, n in result.per_partition.items())
+    stdout.print(
+        f"Produced {result.records} records to {escape(topic)}"
+        + (f" (per partition {spread})" if spread else "")
+        + "."
+    )
+
+
+@app.command(name="consume")
+def consume_command(
+    topic: Annotated[str, typer.Argument(help="Topic to read.", show_default=False)],
+    from_beginning: Annotated[
+        bool,
+        typer.Option("--from-beginning", help="Start at the oldest record [default: the end]."),
+    ] = False,
+    partition: Annotated[
+        int | None,
+        typer.Option("--partition", "-p", min=0, help="Read only this partition."),
+    ] = None,
+    offset: Annotated[
+        int | None, typer.Option(min=0, help="Start at this offset (needs --partition).")
+    ] = None,
+    max_messages: Annotated[
+        int | None, typer.Option("--max-messages", "-n", min=1, help="Stop after N records.")
+    ] = None,
+    group: Annotated[
+        str | None,
+        typer.Option(
+            "--group", "-g", help="Consume as a member of this group and commit its offsets."
+        ),
+    ] = None,
+    print_key: Annotated[
+        bool, typer.Option("--print-key", help="Print KEY SEP VALUE instead of VALUE.")
+    ] = False,
+    key_separator: Annotated[
+        str, typer.Option(help="Separator after the key with --print-key.", metavar="SEP")
+    ] = "\t",
+    timeout: Annotated[
+        float | None,
+        typer.Option(min=0.0, help="Stop after SECONDS without a record [default: never]."),
+    ] = None,
+    bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS,
+) -> None:
+    """Print the records of a topic on stdout, one value per line.
+
+    Without --group the consumer assigns partitions itself: no group, no committed offsets.
+    A null key or value prints as "null". Runs until Ctrl-C unless --max-messages or
+    --timeout stops it first; the count goes to stderr.
+    """
+    try:
+        options = ConsumeOptions(
+            bootstrap_servers=bootstrap_servers,
+            topic=topic,
+            from_beginning=from_beginning,
+            partition=partition,
+            offset=offset,
+            max_messages=max_messages,
+            group=group,
+            print_key=print_key,
+            key_separator=key_separator.encode(),
+            idle_timeout=timeout,
+        )
+    except InvalidInputError as e:
+        raise typer.BadParameter(str(e)) from e
+    count = consume(options, sys.stdout.buffer)
+    stderr.print(f"Consumed {count} records.")
+
+
+@app.command()
+def demo(
+    records: Annotated[
+        int, typer.Option("--records", "-n", min=1, help="Payments to produce.")
+    ] = 5000,
+    partitions: Annotated[int, typer.Option(min=1, help="Partitions of the demo topic.")] = 3,
+    topic: Annotated[str, typer.Option(help="Topic to use.")] = "demo-payments",
+    bootstrap_servers: Annotated[
+        str | None,
+        typer.Option(
+            "--bootstrap-servers",
+            "-b",
+            help="Use this running broker instead of starting an embedded one.",
+        ),
+    ] = None,
+) -> None:
+    """Start an embedded broker, write card payments, read them back and verify them."""
+    from headrace.ops.demo import DemoSettings, render_report, run_demo
+
+    settings = DemoSettings(records=records, partitions=partitions, topic=topic)
+    report = run_demo(settings, bootstrap_servers, progress=stderr.print)
+    stdout.print(render_report(report))
+    if report.problems:
+        raise VerificationError("verification failed: " + "; ".join(report.problems))
+
+
+def main() -> None:
+    """Run the CLI; a ``HeadraceError`` becomes a one-line message on stderr and exit 1."""
+    try:
+        app(prog_name="headrace")
+    except HeadraceError as e:
+        print_error(str(e))
+        sys.exit(1)

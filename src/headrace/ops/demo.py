@@ -1,0 +1,336 @@
+"""``headrace demo``: card payments through a broker, read back and verified.
+
+Runs entirely through confluent-kafka against an ``EmbeddedBroker`` (or a broker the caller
+names): creates a topic, produces keyed JSON payments (acks=all, lz4), reads them back with a
+manually assigned consumer (no group) and checks that every record came back, that each
+card's payments kept their order, and that each card landed on the partition Java's murmur2
+partitioner picks.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from rich.console import Group
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+
+from headrace.ops.clients import ClientErrors, client_config, error_text, fetch_metadata
+from headrace.ops.errors import TopicExistsError
+from headrace.ops.partitioner import java_partition
+from headrace.ops.topics import TopicAdmin
+
+Progress = Callable[[str], object]
+_MERCHANTS = (
+    "Blue Bottle Coffee", "Lidl", "Shell", "Amazon EU", "Uber", "Deutsche Bahn", "IKEA",
+    "Zalando", "Spotify", "Apotheke am Markt", "Carrefour", "Steam",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DemoSettings:
+    """The demo's knobs; ``read_timeout`` bounds how long reading back may stall."""
+
+    records: int = 5000
+    partitions: int = 3
+    topic: str = "demo-payments"
+    cards: int = 200
+    seed: int = 7
+    read_timeout: float = 30.0
+
+
+@dataclass(frozen=True)
+class Check:
+    """One verification: what was checked, whether it held, and the evidence."""
+
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class DemoReport:
+    """What the demo did and measured. Durations are wall-clock seconds."""
+
+    broker: str
+    topic: str
+    partitions: int
+    produced: int
+    consumed: int
+    cards: int
+    payload_bytes: int
+    per_partition: Mapping[int, int]
+    startup_seconds: float | None
+    produce_seconds: float
+    consume_seconds: float
+    total_seconds: float
+    checks: tuple[Check, ...]
+
+    @property
+    def problems(self) -> list[str]:
+        return [c.detail for c in self.checks if not c.ok]
+
+
+def run_demo(
+    settings: DemoSettings, bootstrap_servers: str | None, progress: Progress
+) -> DemoReport:
+    """Run the demo against ``bootstrap_servers``, or an embedded broker when it is None.
+
+    Blocks for the whole run; ``progress`` receives one line per step. Failed verification is
+    reported in ``DemoReport.checks``; broker or client failures raise ``OpsError``.
+    """
+    started = time.monotonic()
+    if bootstrap_servers is not None:
+        return _run(
+            settings, bootstrap_servers, f"broker at {bootstrap_servers}", None, started, progress
+        )
+    from headrace.testing import EmbeddedBroker
+
+    progress("Starting an embedded broker ...")
+    with EmbeddedBroker() as broker:
+        servers = broker.bootstrap_servers
+        startup = time.monotonic() - started
+        return _run(settings, servers, f"embedded broker at {servers}", startup, started, progress)
+
+
+def _run(
+    settings: DemoSettings,
+    servers: str,
+    broker: str,
+    startup: float | None,
+    started: float,
+    progress: Progress,
+) -> DemoReport:
+    payments = _payments(settings)
+    admin = TopicAdmin(servers)
+    try:
+        admin.create(settings.topic, settings.partitions)
+        progress(f"Created topic {settings.topic} with {settings.partitions} partitions.")
+    except TopicExistsError:
+        progress(f"Topic {settings.topic} exists already; appending to it.")
+    partitions = admin.partition_count(settings.topic)
+    start_offsets = _end_offsets(servers, settings.topic, partitions)
+
+    progress(f"Producing {len(payments)} payments (acks=all, lz4) ...")
+    t0 = time.monotonic()
+    deliveries = _produce(servers, settings.topic, payments)
+    produce_seconds = time.monotonic() - t0
+
+    progress("Reading them back ...")
+    t0 = time.monotonic()
+    consumed = _consume(
+        servers, settings.topic, start_offsets, len(payments), settings.read_timeout
+    )
+    consume_seconds = time.monotonic() - t0
+
+    return DemoReport(
+        broker=broker,
+        topic=settings.topic,
+        partitions=partitions,
+        produced=sum(deliveries.per_partition.values()),
+        consumed=len(consumed),
+        cards=len({key for key, _ in payments}),
+        payload_bytes=sum(len(k) + len(v) for k, v in payments),
+        per_partition=MappingProxyType(dict(sorted(deliveries.per_partition.items()))),
+        startup_seconds=startup,
+        produce_seconds=produce_seconds,
+        consume_seconds=consume_seconds,
+        total_seconds=time.monotonic() - started,
+        checks=_verify(payments, deliveries, consumed, partitions),
+    )
+
+
+def _payments(settings: DemoSettings) -> list[tuple[bytes, bytes]]:
+    """Deterministic (key, JSON value) pairs; ``seq`` numbers each card's payments from 0."""
+    rng = random.Random(settings.seed)
+    seq: Counter[str] = Counter()
+    ts = int(time.time() * 1000)
+    out = []
+    for _ in range(settings.records):
+        card = f"card-{rng.randrange(settings.cards):04d}"
+        ts += rng.randrange(1, 20)
+        value = {
+            "card_id": card,
+            "seq": seq[card],
+            "amount": round(rng.lognormvariate(3.0, 1.0), 2),
+            "currency": "EUR",
+            "merchant": rng.choice(_MERCHANTS),
+            "ts": ts,
+        }
+        seq[card] += 1
+        out.append((card.encode(), json.dumps(value, separators=(",", ":")).encode()))
+    return out
+
+
+class _Deliveries:
+    def __init__(self) -> None:
+        self.per_partition: Counter[int] = Counter()
+        self.failed = 0
+        self.first_error: KafkaError | None = None
+
+    def __call__(self, error: KafkaError | None, message: Message) -> None:
+        if error is not None:
+            self.failed += 1
+            self.first_error = self.first_error or error
+        else:
+            self.per_partition[message.partition() or 0] += 1
+
+
+def _end_offsets(servers: str, topic: str, partitions: int) -> dict[int, int]:
+    """Each partition's log end offset: where this run's records will start."""
+    errors = ClientErrors()
+    consumer = Consumer(client_config(servers, errors, **{"group.id": "headrace-demo-no-group"}))
+    try:
+        fetch_metadata(consumer, errors, servers, topic=topic)
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in range(partitions)
+        }
+    finally:
+        consumer.close()
+
+
+def _produce(servers: str, topic: str, payments: list[tuple[bytes, bytes]]) -> _Deliveries:
+    errors = ClientErrors()
+    producer = Producer(
+        client_config(
+            servers,
+            errors,
+            **{
+                "acks": "all",
+                "compression.type": "lz4",
+                "partitioner": "murmur2_random",
+                "linger.ms": 5,
+                "message.timeout.ms": 30_000,
+            },
+        )
+    )
+    deliveries = _Deliveries()
+    for key, value in payments:
+        while True:
+            try:
+                producer.produce(topic, value=value, key=key, on_delivery=deliveries)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+    producer.flush(40)
+    return deliveries
+
+
+def _consume(
+    servers: str, topic: str, start: dict[int, int], expected: int, idle_timeout: float
+) -> list[tuple[int, bytes, bytes]]:
+    """Read ``expected`` records from ``start``; returns (partition, key, value) in read order."""
+    errors = ClientErrors()
+    consumer = Consumer(
+        client_config(
+            servers,
+            errors,
+            **{"group.id": "headrace-demo-no-group", "enable.auto.commit": False},
+        )
+    )
+    out: list[tuple[int, bytes, bytes]] = []
+    try:
+        consumer.assign([TopicPartition(topic, p, offset) for p, offset in start.items()])
+        deadline = time.monotonic() + idle_timeout
+        while len(out) < expected and time.monotonic() < deadline:
+            for message in consumer.consume(num_messages=1000, timeout=0.5):
+                if message.error() is None:
+                    out.append(
+                        (message.partition() or 0, message.key() or b"", message.value() or b"")
+                    )
+                    deadline = time.monotonic() + idle_timeout
+    finally:
+        consumer.close()
+    return out
+
+
+def _verify(
+    payments: list[tuple[bytes, bytes]],
+    deliveries: _Deliveries,
+    consumed: list[tuple[int, bytes, bytes]],
+    partitions: int,
+) -> tuple[Check, ...]:
+    sent: defaultdict[bytes, list[bytes]] = defaultdict(list)
+    for key, value in payments:
+        sent[key].append(value)
+    got: defaultdict[bytes, list[bytes]] = defaultdict(list)
+    placed: defaultdict[bytes, set[int]] = defaultdict(set)
+    for partition, key, value in consumed:
+        got[key].append(value)
+        placed[key].add(partition)
+    failed = (
+        f"; first error: {error_text(deliveries.first_error)}" if deliveries.first_error else ""
+    )
+    disordered = sum(1 for key, values in sent.items() if got.get(key) != values)
+    misplaced = sum(
+        1 for key, parts in placed.items() if parts != {java_partition(key, partitions)}
+    )
+    return (
+        Check(
+            "acknowledged",
+            deliveries.failed == 0 and sum(deliveries.per_partition.values()) == len(payments),
+            f"{sum(deliveries.per_partition.values())} of {len(payments)} records acknowledged"
+            f"{failed}",
+        ),
+        Check(
+            "read back",
+            len(consumed) == len(payments),
+            f"{len(consumed)} of {len(payments)} records read back",
+        ),
+        Check(
+            "per-card order",
+            disordered == 0,
+            f"{len(sent) - disordered} of {len(sent)} cards read back complete and in order",
+        ),
+        Check(
+            "murmur2 placement",
+            misplaced == 0,
+            f"{len(placed) - misplaced} of {len(placed)} cards on the partition Java's murmur2 picks",
+        ),
+    )
+
+
+def render_report(report: DemoReport) -> Panel:
+    """A compact summary of ``report`` for the terminal."""
+    mb = report.payload_bytes / 1e6
+    facts = Table.grid(padding=(0, 2))
+    facts.add_column(style="bold")
+    facts.add_column()
+    startup = f" (started in {report.startup_seconds:.1f} s)" if report.startup_seconds else ""
+    facts.add_row("Broker", escape(report.broker) + startup)
+    spread = ", ".join(f"{p}: {n}" for p, n in report.per_partition.items())
+    facts.add_row("Topic", f"{escape(report.topic)}, {report.partitions} partitions ({spread})")
+    facts.add_row(
+        "Records",
+        f"{report.produced} produced, {report.consumed} consumed, keyed by {report.cards} cards",
+    )
+    facts.add_row("Payload", f"{mb:.2f} MB of keys and JSON values")
+    facts.add_row("Produce", _rate(report.produced, report.payload_bytes, report.produce_seconds))
+    facts.add_row("Consume", _rate(report.consumed, report.payload_bytes, report.consume_seconds))
+    facts.add_row("Total time", f"{report.total_seconds:.2f} s")
+    checks = Table.grid(padding=(0, 1))
+    for check in report.checks:
+        mark = "[green]✓[/green]" if check.ok else "[bold red]✗[/bold red]"
+        checks.add_row(mark, escape(check.detail))
+    title = "headrace demo: card payments" + (
+        " [green]OK[/green]" if not report.problems else " [bold red]FAILED[/bold red]"
+    )
+    return Panel(Group(facts, "", checks), title=title, title_align="left", expand=False)
+
+
+def _rate(records: int, payload_bytes: int, seconds: float) -> str:
+    seconds = max(seconds, 1e-9)
+    return (
+        f"{seconds:.2f} s, {records / seconds:,.0f} records/s, "
+        f"{payload_bytes / seconds / 1e6:.1f} MB/s"
+    )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from headrace.errors import HeadraceError
-from headrace.protocol.errors import ErrorCode, KafkaProtocolError
+from headrace.protocol.errors import ErrorCode, KafkaProtocolError, ProtocolError
 from headrace.protocol.records import CorruptBatchError, UnsupportedMagicError
 from headrace.storage.errors import (
     InvalidTopicError,
@@ -27,7 +27,7 @@ def error_code_for(exc: BaseException) -> ErrorCode:
         return exc.code
     if isinstance(exc, UnsupportedMagicError):
         return ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT
-    if isinstance(exc, CorruptBatchError):
+    if isinstance(exc, (CorruptBatchError, ProtocolError)):
         return ErrorCode.CORRUPT_MESSAGE
     if isinstance(exc, UnknownTopicError):
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

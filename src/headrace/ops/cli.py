@@ -30,6 +30,7 @@ app = typer.Typer(
     help="headrace: a Kafka-protocol log broker, and tools that talk to any Kafka broker.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    add_completion=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 app.add_typer(topics_cli.app)
@@ -82,11 +83,11 @@ def broker(
     node_id: Annotated[int, typer.Option(min=0, help="This broker's Kafka node id.")] = 0,
     advertised_host: Annotated[
         str | None,
-        typer.Option(help="Host name clients are told to connect to [default: --host]."),
+        typer.Option(help="Host name clients are told to connect to (default: --host)."),
     ] = None,
     segment_bytes: Annotated[
         int | None,
-        typer.Option(min=1, help="Roll a log segment after this many bytes [default: 1 GiB]."),
+        typer.Option(min=1, help="Roll a log segment after this many bytes (default: 1 GiB)."),
     ] = None,
 ) -> None:
     """Run a broker in the foreground until Ctrl-C (SIGINT) or SIGTERM."""
@@ -121,14 +122,14 @@ def produce(
     key_separator: Annotated[
         str | None,
         typer.Option(
-            help="Split each line at the first SEP into key and value [default: no keys].",
+            help="Split each line at the first SEP into key and value (default: no keys).",
             metavar="SEP",
         ),
     ] = None,
     partition: Annotated[
         int | None,
         typer.Option(
-            "--partition", "-p", min=0, help="Produce to this partition [default: by key]."
+            "--partition", "-p", min=0, help="Produce to this partition (default: by key)."
         ),
     ] = None,
     acks: Annotated[
@@ -166,7 +167,7 @@ def consume_command(
     topic: Annotated[str, typer.Argument(help="Topic to read.", show_default=False)],
     from_beginning: Annotated[
         bool,
-        typer.Option("--from-beginning", help="Start at the oldest record [default: the end]."),
+        typer.Option("--from-beginning", help="Start at the oldest record (default: the end)."),
     ] = False,
     partition: Annotated[
         int | None,
@@ -192,7 +193,7 @@ def consume_command(
     ] = "\t",
     timeout: Annotated[
         float | None,
-        typer.Option(min=0.0, help="Stop after SECONDS without a record [default: never]."),
+        typer.Option(min=0.0, help="Stop after SECONDS without a record (default: never)."),
     ] = None,
     bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS,
 ) -> None:

@@ -31,4 +31,4 @@ BootstrapServers = Annotated[
 
 def print_error(message: str) -> None:
     """Print ``message`` on stderr as an error line (no markup interpretation)."""
-    stderr.print(f"[bold red]error:[/bold red] {escape(message)}")
+    stderr.print(f"[bold red]error:[/bold red] {escape(message)}", soft_wrap=True)

@@ -174,7 +174,7 @@ class TopicAdmin:
             TopicConfig(
                 name=entry.name,
                 value=entry.value,
-                source=_SOURCE_NAMES.get(entry.source, "unknown"),
+                source=_source_name(entry.source),
                 is_default=entry.is_default,
                 is_read_only=entry.is_read_only,
             )
@@ -208,6 +208,14 @@ class TopicAdmin:
             return future.result(timeout=self._timeout + 5)
         except concurrent.futures.TimeoutError as e:
             raise KafkaRequestError(f"{what}: no answer within {self._timeout:g} s") from e
+
+
+def _source_name(source: ConfigSource | int) -> str:
+    # At run time librdkafka hands over a bare int, whatever the type stubs say.
+    try:
+        return _SOURCE_NAMES.get(ConfigSource(source), "unknown")
+    except ValueError:
+        return "unknown"
 
 
 def parse_configs(pairs: list[str]) -> dict[str, str]:

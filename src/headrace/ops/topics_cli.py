@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS
 from headrace.ops.console import BootstrapServers, stdout
@@ -27,7 +29,7 @@ def create(
     partitions: Annotated[
         int | None,
         typer.Option(
-            "--partitions", "-p", min=1, help="Number of partitions [default: the broker's]."
+            "--partitions", "-p", min=1, help="Number of partitions (default: the broker's)."
         ),
     ] = None,
     replication_factor: Annotated[
@@ -94,33 +96,35 @@ def delete(
     stdout.print(f"Deleted topic [bold]{escape(name)}[/bold].")
 
 
-def _render(topic: TopicDescription) -> Table:
-    grid = Table.grid(padding=(0, 1))
-    grid.add_row(
-        f"Topic [bold]{escape(topic.name)}[/bold]: {len(topic.partitions)} partitions, "
-        f"replication factor {topic.replication_factor}"
+def _render(topic: TopicDescription) -> Group:
+    header = Text.assemble(
+        "Topic ",
+        (topic.name, "bold"),
+        f": {_count(len(topic.partitions), 'partition')}, "
+        f"replication factor {topic.replication_factor}",
     )
-    partitions = Table("Partition", "Leader", "Replicas", "In-sync replicas", "Error")
+    with_errors = any(p.error for p in topic.partitions)
+    partitions = Table("Partition", "Leader", "Replicas", "In-sync replicas")
+    if with_errors:
+        partitions.add_column("Error")
     for p in topic.partitions:
-        partitions.add_row(
-            str(p.partition),
-            str(p.leader) if p.leader >= 0 else "none",
-            _ids(p.replicas),
-            _ids(p.isr),
-            escape(p.error or ""),
+        row = [str(p.partition), str(p.leader) if p.leader >= 0 else "none"]
+        row += [_ids(p.replicas), _ids(p.isr)]
+        partitions.add_row(*row, *([escape(p.error or "")] if with_errors else []))
+    if not topic.configs:
+        return Group(header, partitions, "The broker reported no configs for this topic.")
+    configs = Table("Config", "Value", "Source")
+    for c in topic.configs:
+        value = "(sensitive)" if c.value is None else c.value
+        configs.add_row(
+            escape(c.name), escape(value), c.source, style="" if c.is_default else "bold"
         )
-    grid.add_row(partitions)
-    if topic.configs:
-        configs = Table("Config", "Value", "Source")
-        for c in topic.configs:
-            value = "(sensitive)" if c.value is None else c.value
-            style = "" if c.is_default else "bold"
-            configs.add_row(escape(c.name), escape(value), c.source, style=style)
-        grid.add_row(configs)
-    else:
-        grid.add_row("The broker reported no configs for this topic.")
-    return grid
+    return Group(header, partitions, configs)
 
 
 def _ids(ids: tuple[int, ...]) -> str:
     return ",".join(map(str, ids)) or "-"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

@@ -29,6 +29,9 @@ from headrace.storage.errors import InvalidTopicError, TopicExistsError, Unknown
 from headrace.storage.log import CLEAN_SHUTDOWN_FILE, PartitionLog
 
 PRODUCER_ID_BLOCK = 1000
+# Each partition is a directory and three open files; refuse counts that would only
+# exhaust the machine.
+MAX_PARTITIONS_PER_TOPIC = 10_000
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
 
@@ -120,8 +123,9 @@ class LogManager:
         validate_topic_name(name)
         if name in self.topics:
             raise TopicExistsError(f"topic {name!r} already exists")
-        if partitions < 1:
-            raise ValueError(f"number of partitions must be at least 1, got {partitions}")
+        if not 1 <= partitions <= MAX_PARTITIONS_PER_TOPIC:
+            raise ValueError(f"number of partitions must be in [1, {MAX_PARTITIONS_PER_TOPIC}],"
+                             f" got {partitions}")
         overrides = dict(configs or {})
         topic = Topic(name, uuid.uuid4(), overrides, self.default_config.with_overrides(overrides))
         if validate_only:
@@ -146,6 +150,8 @@ class LogManager:
     def add_partitions(self, name: str, total: int, validate_only: bool = False) -> None:
         """Grow ``name`` to ``total`` partitions (never shrinks: ``ValueError``)."""
         topic = self.get_topic(name)
+        if total > MAX_PARTITIONS_PER_TOPIC:
+            raise ValueError(f"at most {MAX_PARTITIONS_PER_TOPIC} partitions per topic")
         if total <= len(topic.partitions):
             raise ValueError(f"topic {name!r} has {len(topic.partitions)} partitions; "
                              f"the new count must be larger, got {total}")

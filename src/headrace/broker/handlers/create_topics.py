@@ -17,6 +17,7 @@ from headrace.broker.errors import error_code_for
 from headrace.broker.registry import handles
 from headrace.errors import HeadraceError
 from headrace.protocol.errors import ErrorCode, KafkaProtocolError
+from headrace.storage.manager import MAX_PARTITIONS_PER_TOPIC
 
 _Result = CreateTopicsResponse.CreatableTopicResult
 _Config = _Result.CreatableTopicConfigs
@@ -41,9 +42,11 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                 partitions = len(t.assignments)
             if partitions == -1:
                 partitions = state.config.num_partitions
-            if partitions < 1:
-                raise KafkaProtocolError(ErrorCode.INVALID_PARTITIONS,
-                                         f"number of partitions must be >= 1, got {partitions}")
+            if not 1 <= partitions <= MAX_PARTITIONS_PER_TOPIC:
+                raise KafkaProtocolError(
+                    ErrorCode.INVALID_PARTITIONS,
+                    f"number of partitions must be in [1, {MAX_PARTITIONS_PER_TOPIC}], "
+                    f"got {partitions}")
             configs = {c.name: c.value for c in t.configs if c.value is not None}
             try:
                 topic = state.logs.create_topic(t.name, partitions, configs, validate_only)

@@ -71,8 +71,8 @@ def test_acknowledged_records_survive_kill_9(tmp_path: pytest.TempPathFactory) -
         for round_ in range(3):
             stop = threading.Event()
             box: list[int] = []
-            t = threading.Thread(target=lambda: box.append(produce_until_stopped(
-                broker.bootstrap_servers, "durable", acks, stop, sent)))
+            t = threading.Thread(target=lambda b=box, s=stop, n=sent: b.append(
+                produce_until_stopped(broker.bootstrap_servers, "durable", acks, s, n)))
             t.start()
             target = acks.count() + 20_000
             deadline = time.monotonic() + 60

@@ -23,6 +23,7 @@ from headrace.broker.context import RequestContext
 from headrace.broker.errors import FramingError
 from headrace.broker.handlers.api_versions import unsupported_version_response
 from headrace.broker.registry import API_TABLE, ApiSpec
+from headrace.broker.sendfile import FramedResponse, write_parts
 from headrace.broker.state import AppendNotifier, BrokerState, GroupCommitFlusher
 from headrace.storage.manager import LogManager
 
@@ -144,16 +145,29 @@ class Connection:
             raise FramingError(f"undecodable {spec.request_class.__name__} v{version}: {e}") from e
         ctx = RequestContext(self.state, header.api_version, header.client_id, self.peer)
         response = await spec.handle(ctx, request)
-        if response is not None:
-            flexible = spec.flexible(version) and header.api_key != API_VERSIONS_KEY
+        if response is None:
+            return True
+        flexible = spec.flexible(version) and header.api_key != API_VERSIONS_KEY
+        if isinstance(response, FramedResponse):
+            try:
+                head = self._head(header, flexible)
+                self.writer.write(_SIZE.pack(len(head) + response.size) + head)
+                await write_parts(self.writer, response.parts)
+            finally:
+                response.close()
+        else:
             self._send(header, response, version, flexible)
-            if self.writer.transport.get_write_buffer_size() > 4 * 1024 * 1024:
-                await self.writer.drain()
+        if self.writer.transport.get_write_buffer_size() > 4 * 1024 * 1024:
+            await self.writer.drain()
         return True
+
+    @staticmethod
+    def _head(header: RequestHeader, flexible: bool) -> bytes:
+        return _CORRELATION.pack(header.correlation_id) + (b"\x00" if flexible else b"")
 
     def _send(self, header: RequestHeader, response: Any, version: int, flexible: bool) -> None:
         body = response.encode(version=version)
-        head = _CORRELATION.pack(header.correlation_id) + (b"\x00" if flexible else b"")
+        head = self._head(header, flexible)
         self.writer.write(_SIZE.pack(len(head) + len(body)) + head)
         self.writer.write(body)
 

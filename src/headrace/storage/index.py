@@ -82,6 +82,11 @@ class OffsetIndex(_IndexFile):
         i = self._floor(relative_offset, 0)
         return self._get(i)[1] if i >= 0 else 0
 
+    def floor_position(self, position: int) -> int:
+        """The largest indexed batch position <= ``position``; 0 if none."""
+        i = self._floor(position, 1)
+        return self._get(i)[1] if i >= 0 else 0
+
     def truncate_to_position(self, position: int) -> None:
         """Drop entries pointing at or past ``position`` (after a log truncation)."""
         keep = self.entries

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from headrace.protocol.errors import ErrorCode, KafkaProtocolError
-from headrace.protocol.records import HEADER_SIZE, BatchHeader, parse_header, rewrite_base_offset
+from headrace.protocol.records import BatchHeader, rewrite_base_offset
 from headrace.storage.config import LogConfig
 from headrace.storage.errors import OffsetOutOfRangeError
 from headrace.storage.producer_state import ProducerStateManager
@@ -29,6 +29,40 @@ CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
 class AppendResult:
     base_offset: int
     last_offset: int
+    log_start_offset: int
+
+
+class FileRegion:
+    """A byte range of a segment file, with its own descriptor (close it, or use ``with``)."""
+
+    __slots__ = ("fd", "length", "position")
+
+    def __init__(self, fd: int, position: int, length: int) -> None:
+        self.fd = fd
+        self.position = position
+        self.length = length
+
+    def read(self) -> bytes:
+        return os.pread(self.fd, self.length, self.position)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> FileRegion:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass(frozen=True, slots=True)
+class RegionResult:
+    """Where whole batches are: ``region`` is None when there is nothing to read."""
+
+    region: FileRegion | None
+    high_watermark: int
     log_start_offset: int
 
 
@@ -132,12 +166,15 @@ class PartitionLog:
 
     # --- read -------------------------------------------------------------------------
 
-    def read(self, offset: int, max_bytes: int, min_one: bool = True) -> ReadResult:
-        """Whole batches starting with the one holding ``offset``, up to ``max_bytes``.
+    def read_region(self, offset: int, max_bytes: int, min_one: bool = True) -> RegionResult:
+        """Locate whole batches starting with the one holding ``offset``, up to ``max_bytes``,
+        as a byte range of one segment file (nothing is read but headers).
 
-        With ``min_one`` the first batch is returned even when larger than ``max_bytes``
+        With ``min_one`` the first batch is included even when larger than ``max_bytes``
         (KIP-74), so a consumer always makes progress. Raises ``OffsetOutOfRangeError``
-        outside ``[log_start_offset, log_end_offset]``. Blocking only for page-cache reads.
+        outside ``[log_start_offset, log_end_offset]``. The region holds a duplicate of
+        the segment's descriptor, valid even if the segment is deleted meanwhile: the
+        caller must ``close()`` it.
         """
         hw = self.log_end_offset
         if offset < self.log_start_offset or offset > hw:
@@ -148,27 +185,25 @@ class PartitionLog:
             found = seg.find_batch(offset)
             if found is not None:
                 pos, first = found
-                return ReadResult(self._read_batches(seg, pos, first, max_bytes, min_one), hw,
-                                  self.log_start_offset)
-            i += 1
-        return ReadResult(b"", hw, self.log_start_offset)
-
-    def _read_batches(
-        self, seg: Segment, pos: int, first: BatchHeader, max_bytes: int, min_one: bool
-    ) -> bytes:
-        if first.size > max_bytes:
-            return seg.read(pos, first.size) if min_one else b""
-        want = min(max_bytes, seg.size - pos)
-        data = seg.read(pos, want)
-        # Cut at the last whole batch so no torn batch is ever served.
-        end = 0
-        view = memoryview(data)
-        while len(view) - end >= HEADER_SIZE:
-            size = parse_header(view, end).size
-            if end + size > len(view):
+                if first.size > max_bytes:
+                    end = pos + first.size if min_one else pos
+                else:
+                    end = seg.last_boundary(pos, pos + max_bytes)
+                if end > pos:
+                    return RegionResult(FileRegion(os.dup(seg.fileno()), pos, end - pos), hw,
+                                        self.log_start_offset)
                 break
-            end += size
-        return data if end == len(data) else data[:end]
+            i += 1
+        return RegionResult(None, hw, self.log_start_offset)
+
+    def read(self, offset: int, max_bytes: int, min_one: bool = True) -> ReadResult:
+        """Like ``read_region``, but returns the bytes themselves."""
+        result = self.read_region(offset, max_bytes, min_one)
+        data = b""
+        if result.region is not None:
+            with result.region:
+                data = result.region.read()
+        return ReadResult(data, result.high_watermark, result.log_start_offset)
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """``(offset, timestamp)`` of the first batch whose max timestamp is >= ``timestamp``

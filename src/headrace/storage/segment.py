@@ -23,6 +23,7 @@ from headrace.protocol.records import (
 from headrace.storage.index import OffsetIndex, TimeIndex
 
 SCAN_CHUNK = 4 * 1024 * 1024
+HEADER_WINDOW = 64 * 1024
 
 
 def segment_name(base_offset: int) -> str:
@@ -155,13 +156,49 @@ class Segment:
         """A batch boundary at or before the batch holding ``offset`` (from the index)."""
         return self.offset_index.lookup(offset - self.base_offset)
 
-    def find_batch(self, offset: int, start: int | None = None) -> tuple[int, BatchHeader] | None:
+    def walk_headers(self, start: int, stop: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
+        """Yield ``(position, header)`` of the batches starting in ``[start, stop)``, reading
+        only headers (64 KiB windows), without checking CRCs. ``start`` must be a batch
+        boundary. Stops at the end of the segment or at anything that is not a v2 header.
+        """
+        end = self.size if stop is None else min(stop, self.size)
+        window = b""
+        window_start = start
+        pos = start
+        while pos < end:
+            if pos + HEADER_SIZE > window_start + len(window):
+                window_start = pos
+                window = os.pread(self._fd, HEADER_WINDOW, pos)
+                if len(window) < HEADER_SIZE:
+                    return
+            rel = pos - window_start
+            if magic_at(window, rel) != 2:
+                return
+            header = parse_header(window, rel)
+            if header.batch_length < HEADER_SIZE - LOG_OVERHEAD:
+                return
+            yield pos, header
+            pos += header.size
+
+    def find_batch(self, offset: int) -> tuple[int, BatchHeader] | None:
         """The first batch whose last offset is >= ``offset``, or None past the end."""
-        begin = self.position_for(offset) if start is None else start
-        for pos, header in self.iter_batches(begin, chunk_size=self._index_interval + 64 * 1024):
+        for pos, header in self.walk_headers(self.position_for(offset)):
             if header.last_offset >= offset:
                 return pos, header
         return None
+
+    def last_boundary(self, start: int, limit: int) -> int:
+        """The largest batch end <= ``limit`` reachable from the boundary ``start`` (which
+        it returns when even the first batch ends past ``limit``). Uses the offset index to
+        skip ahead, so it reads O(index interval) bytes of headers, not the whole range."""
+        limit = min(limit, self.size)
+        # Index entries sit on batch starts, so everything in [start, begin) is whole batches.
+        boundary = begin = max(start, self.offset_index.floor_position(limit))
+        for pos, header in self.walk_headers(begin, limit):
+            if pos + header.size > limit:
+                break
+            boundary = pos + header.size
+        return boundary
 
     def read(self, position: int, length: int) -> bytes:
         return os.pread(self._fd, length, position)

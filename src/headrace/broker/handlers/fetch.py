@@ -1,13 +1,14 @@
 """Fetch (key 1), versions 0-12 (topic names; topic ids from v13 are not served).
 
-Serves stored batches verbatim: whole batches only (never a torn one), at least one
-batch per response even when larger than the limits (KIP-74), ``partition_max_bytes``
-per partition and ``max_bytes`` (v3+) per response. Long poll: when fewer than
-``min_bytes`` are available the request waits up to ``max_wait_ms``, woken by appends to
-any requested partition. The last stable offset equals the high watermark until
-transactions exist. Fetch sessions (KIP-227) are declined with session id 0, so clients
-send full fetches. Not implemented: sendfile (bytes are pread from the page cache and
-copied once into the response), follower fetching, rack-aware replica selection.
+Serves stored batches verbatim: the response is framed by hand around byte ranges of the
+segment files, which large reads send with ``sendfile(2)``; nothing is re-encoded. Whole
+batches only (never a torn one), at least one batch per response even when larger than
+the limits (KIP-74), ``partition_max_bytes`` per partition and ``max_bytes`` (v3+) per
+response. Long poll: when fewer than ``min_bytes`` are available the request waits up to
+``max_wait_ms``, woken by appends to any requested partition. The last stable offset
+equals the high watermark until transactions exist. Fetch sessions (KIP-227) are declined
+with session id 0, so clients send full fetches. Not implemented: follower fetching,
+rack-aware replica selection.
 """
 
 from __future__ import annotations
@@ -21,19 +22,22 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse
 from headrace.broker.context import RequestContext
 from headrace.broker.errors import error_code_for
 from headrace.broker.registry import handles
+from headrace.broker.sendfile import FramedResponse
 from headrace.broker.state import TopicPartition
 from headrace.errors import HeadraceError
 from headrace.protocol.errors import ErrorCode
+from headrace.protocol.fetch_response import FetchPartition, FetchTopic, encode_fetch_response
+from headrace.storage.log import FileRegion
 
-_TopicResp = FetchResponse.FetchableTopicResponse
-_PartResp = _TopicResp.PartitionData
 
-
-def _read_all(ctx: RequestContext, request: Any, max_bytes: int) -> tuple[list[Any], int, bool]:
-    """One pass over every requested partition: (responses, bytes, any_error)."""
+def _read_all(
+    ctx: RequestContext, request: Any, max_bytes: int
+) -> tuple[list[FetchTopic], int, bool, list[FileRegion]]:
+    """One pass over every requested partition: (topics, bytes, any_error, regions)."""
     logs = ctx.state.logs
     total = 0
     had_error = False
+    regions: list[FileRegion] = []
     out = []
     for topic in request.topics:
         parts = []
@@ -41,29 +45,28 @@ def _read_all(ctx: RequestContext, request: Any, max_bytes: int) -> tuple[list[A
             try:
                 plog = logs.get_log(topic.topic, p.partition)
                 limit = min(p.partition_max_bytes, max(max_bytes - total, 0))
-                result = plog.read(p.fetch_offset, limit, min_one=total == 0)
-                total += len(result.data)
-                parts.append(_PartResp(
-                    partition_index=p.partition, error_code=0,
-                    high_watermark=result.high_watermark,
-                    last_stable_offset=result.high_watermark,
-                    log_start_offset=result.log_start_offset,
-                    aborted_transactions=None, preferred_read_replica=-1,
-                    records=result.data))
+                result = plog.read_region(p.fetch_offset, limit, min_one=total == 0)
+                region = result.region
+                length = 0 if region is None else region.length
+                if region is not None:
+                    regions.append(region)
+                total += length
+                parts.append(FetchPartition(
+                    p.partition, 0, result.high_watermark, result.high_watermark,
+                    result.log_start_offset, None, -1,
+                    records=region if region is not None else b"", records_length=length))
             except (HeadraceError, OSError) as e:
                 had_error = True
-                hw, lso = -1, -1
+                hw, start = -1, -1
                 try:
                     plog = logs.get_log(topic.topic, p.partition)
-                    hw, lso = plog.log_end_offset, plog.log_start_offset
+                    hw, start = plog.log_end_offset, plog.log_start_offset
                 except HeadraceError:
                     pass
-                parts.append(_PartResp(
-                    partition_index=p.partition, error_code=error_code_for(e),
-                    high_watermark=hw, last_stable_offset=hw, log_start_offset=lso,
-                    aborted_transactions=None, preferred_read_replica=-1, records=b""))
-        out.append(_TopicResp(topic=topic.topic, partitions=parts))
-    return out, total, had_error
+                parts.append(FetchPartition(p.partition, error_code_for(e), hw, hw, start,
+                                            None, -1, records=b"", records_length=0))
+        out.append(FetchTopic(topic.topic, parts))
+    return out, total, had_error, regions
 
 
 @handles(FetchRequest, FetchResponse, max_version=12)
@@ -75,10 +78,12 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     tps: list[TopicPartition] = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
     notifier = ctx.state.notifier
     while True:
-        responses, total, had_error = _read_all(ctx, request, max_bytes)
+        topics, total, had_error, regions = _read_all(ctx, request, max_bytes)
         remaining = deadline - time.monotonic()
         if total >= max(request.min_bytes, 1) or had_error or remaining <= 0 or not tps:
             break
+        for region in regions:
+            region.close()
         fut = notifier.register(tps)
         try:
             await asyncio.wait_for(fut, remaining)
@@ -86,5 +91,4 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             pass
         finally:
             notifier.unregister(tps, fut)
-    return FetchResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0,
-                         responses=responses)
+    return FramedResponse(encode_fetch_response(ctx.api_version, topics, error_code=ErrorCode.NONE))

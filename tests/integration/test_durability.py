@@ -99,3 +99,27 @@ def test_acknowledged_records_survive_kill_9(tmp_path: pytest.TempPathFactory) -
             assert all(n % PARTITIONS == p for n in numbers)
     finally:
         broker.stop()
+
+
+def test_fsync_on_ack_serves_concurrent_producers(tmp_path: pytest.TempPathFactory) -> None:
+    """With ``--fsync`` every acknowledged record is on disk; concurrent producers share
+    fsyncs (group commit), so they all complete."""
+    with EmbeddedBroker(data_dir=str(tmp_path), extra_args=["--fsync"]) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+        admin.create_topics([NewTopic("synced", PARTITIONS, 1)])["synced"].result(10)
+        acks = AckLog()
+        producers = [Producer({"bootstrap.servers": broker.bootstrap_servers, "acks": "all",
+                               "linger.ms": 1}) for _ in range(4)]
+        for n in range(2000):
+            producers[n % 4].produce("synced", value=f"r-{n}".encode(), partition=n % PARTITIONS,
+                                     on_delivery=acks.on_delivery)
+        for p in producers:
+            assert p.flush(30) == 0
+        assert acks.count() == 2000 and acks.failed == 0
+        broker.kill()
+        broker.start()
+        stored = consume_all(broker.bootstrap_servers,
+                             [TopicPartition("synced", p, 0) for p in range(PARTITIONS)])
+        assert sum(len(v) for v in stored.values()) == 2000
+        for p in range(PARTITIONS):
+            assert dict(stored[p]) == acks.acked[p]

@@ -112,7 +112,8 @@ def validate_batches(buf: bytes | bytearray | memoryview) -> list[BatchHeader]:
     """Split a producer's record set into v2 batches and check each one.
 
     Checks: complete framing (the set must end exactly at a batch end), magic 2, a
-    positive record count consistent with ``lastOffsetDelta`` and the CRC-32C.
+    positive record count equal to ``lastOffsetDelta + 1`` (as producers write them) and
+    the CRC-32C.
     Raises ``ProtocolError`` naming the first failure; nothing is partially accepted.
     """
     headers: list[BatchHeader] = []
@@ -122,13 +123,17 @@ def validate_batches(buf: bytes | bytearray | memoryview) -> list[BatchHeader]:
         raise ProtocolError("empty record set")
     while pos < end:
         magic = magic_at(buf, pos)
+        if magic == -1:
+            raise ProtocolError(f"truncated record batch ({end - pos} bytes)")
         if magic != 2:
             raise UnsupportedMagicError(f"record batch magic {magic} not supported (only v2)")
         header = parse_header(buf, pos)
         if header.batch_length < HEADER_SIZE - LOG_OVERHEAD or pos + header.size > end:
             raise ProtocolError("record batch length does not match the record set")
-        if header.record_count <= 0 or header.last_offset_delta < 0:
-            raise ProtocolError("record batch has no records")
+        if header.record_count <= 0 or header.record_count != header.last_offset_delta + 1:
+            raise ProtocolError(
+                f"inconsistent batch: {header.record_count} records, "
+                f"lastOffsetDelta {header.last_offset_delta}")
         if compute_crc(buf, pos, header.size) != header.crc:
             raise CorruptBatchError("record batch CRC-32C mismatch")
         headers.append(header)

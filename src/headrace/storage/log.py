@@ -212,7 +212,7 @@ class PartitionLog:
             if seg.max_timestamp < timestamp:
                 continue
             start = seg.offset_index.lookup(seg.time_index.lookup(timestamp))
-            for _, header in seg.iter_batches(start):
+            for _, header in seg.walk_headers(start):
                 if header.max_timestamp >= timestamp:
                     return header.base_offset, header.max_timestamp
         return None

@@ -32,6 +32,33 @@ class ApiSpec:
 API_TABLE: dict[int, ApiSpec] = {}
 
 
+def is_flexible(api_key: int, version: int) -> bool:
+    """Whether a request of this key and version uses the flexible (v2) header."""
+    spec = API_TABLE.get(api_key)
+    return spec is not None and 0 <= version <= spec.max_version and spec.flexible(version)
+
+
+class DeferredResponse:
+    """A response that is complete only once ``ready`` resolves (Produce waiting for its
+    fsync). ``build(error)`` makes the response, ``error`` being the exception ``ready``
+    raised, or None. The connection handles later requests meanwhile and still sends
+    responses in request order."""
+
+    __slots__ = ("build", "ready")
+
+    def __init__(self, ready: Awaitable[None],
+                 build: Callable[[BaseException | None], Any]) -> None:
+        self.ready = ready
+        self.build = build
+
+    async def result(self) -> Any:
+        try:
+            await self.ready
+        except Exception as e:  # the response reports it; the connection lives on
+            return self.build(e)
+        return self.build(None)
+
+
 def handles(request_class: Any, response_class: Any, max_version: int) -> Callable[[Handler], Handler]:
     """Register the decorated coroutine as the handler of ``request_class`` up to
     ``max_version`` (capped at what the codec knows)."""

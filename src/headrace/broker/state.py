@@ -61,13 +61,19 @@ class GroupCommitFlusher:
         self._running: asyncio.Task[None] | None = None
         self.fsyncs = 0
 
-    async def flush(self, logs: set[PartitionLog]) -> None:
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    def request(self, logs: set[PartitionLog]) -> asyncio.Future[None]:
+        """Register now for the next fsync of ``logs``; the future resolves when it is done
+        (or fails with KAFKA_STORAGE_ERROR)."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
         self._pending |= logs
         self._waiters.append(fut)
         if self._running is None or self._running.done():
-            self._running = asyncio.get_running_loop().create_task(self._run())
-        await fut
+            self._running = loop.create_task(self._run())
+        return fut
+
+    async def flush(self, logs: set[PartitionLog]) -> None:
+        await self.request(logs)
 
     async def _run(self) -> None:
         while self._waiters:

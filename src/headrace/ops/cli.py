@@ -239,7 +239,8 @@ def demo(
     ] = None,
 ) -> None:
     """Start an embedded broker, write card payments, read them back and verify them."""
-    from headrace.ops.demo import DemoSettings, render_report, run_demo
+    from headrace.ops.demo import DemoSettings, run_demo
+    from headrace.ops.demo_report import render_report
 
     settings = DemoSettings(records=records, partitions=partitions, topic=topic)
     report = run_demo(settings, bootstrap_servers, progress=stderr.print)

@@ -101,11 +101,12 @@ def fetch_metadata(
     """
     deadline = time.monotonic() + timeout
     pending: str | None = None  # why the last answer was "not yet"
+    wait = 0.1  # grows to 1 s: a refused connection is noticed quickly, a slow broker not flooded
     while True:
         remaining = deadline - time.monotonic()
         try:
             metadata: ClusterMetadata = client.list_topics(
-                topic=topic, timeout=max(0.1, min(1.0, remaining))
+                topic=topic, timeout=max(0.05, min(wait, remaining))
             )
         except KafkaException as e:
             error = kafka_error(e)
@@ -122,6 +123,7 @@ def fetch_metadata(
             if topic_error.code() not in _TRANSIENT_TOPIC_ERRORS:
                 raise KafkaRequestError(f"topic {topic!r}: {error_text(topic_error)}")
             pending = error_text(topic_error)
+        wait = min(1.0, wait * 2)
         client.poll(0)
         if errors.all_brokers_down:
             detail = f": {error_text(errors.last_error)}" if errors.last_error else ""

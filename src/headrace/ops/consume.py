@@ -35,6 +35,8 @@ from headrace.ops.errors import InvalidInputError, KafkaRequestError, UnknownTop
 logger = logging.getLogger(__name__)
 
 _PLACEHOLDER_GROUP = "headrace-cli-no-group"
+# With --group and --timeout: how long to wait for the group to assign partitions.
+GROUP_JOIN_TIMEOUT_S = 60.0
 _BATCH = 500
 _NULL = b"null"
 _UNKNOWN_TOPIC_ERRORS = frozenset(
@@ -50,7 +52,9 @@ class ConsumeOptions:
     ``from_beginning``, else the end (only records produced from now on). With ``group`` the
     group's committed offsets win, ``from_beginning`` only chooses where a new group starts.
     Stops after ``max_messages`` records, or after ``idle_timeout`` seconds without one, or
-    at Ctrl-C; with neither limit it runs until Ctrl-C.
+    at Ctrl-C; with neither limit it runs until Ctrl-C. In a group, the idle clock starts once
+    the group assigned partitions (``KafkaRequestError`` if that takes over
+    ``GROUP_JOIN_TIMEOUT_S``).
     """
 
     bootstrap_servers: str
@@ -135,12 +139,22 @@ def _start(consumer: Consumer, errors: ClientErrors, options: ConsumeOptions) ->
 
 def _drain(consumer: Consumer, options: ConsumeOptions, out: BinaryIO) -> int:
     count = 0
-    last_record = time.monotonic()
+    started = last_record = time.monotonic()
     try:
         while options.max_messages is None or count < options.max_messages:
             wait = 1.0  # short slices keep Ctrl-C responsive
             if options.idle_timeout is not None:
-                left = last_record + options.idle_timeout - time.monotonic()
+                now = time.monotonic()
+                if options.group is not None and not consumer.assignment():
+                    # A group rebalance can take longer than the idle timeout: the idle
+                    # clock only runs once the group assigned partitions to us.
+                    last_record = now
+                    if now - started > GROUP_JOIN_TIMEOUT_S:
+                        raise KafkaRequestError(
+                            f"group {options.group!r} assigned no partition of "
+                            f"{options.topic!r} to this consumer within {GROUP_JOIN_TIMEOUT_S:g} s"
+                        )
+                left = last_record + options.idle_timeout - now
                 if left <= 0:
                     break
                 wait = min(wait, left)
@@ -176,11 +190,11 @@ def _check(error: KafkaError, options: ConsumeOptions) -> None:
     code = error.code()
     if code == KafkaError._PARTITION_EOF:
         return
-    if code == KafkaError._AUTO_OFFSET_RESET or code == KafkaError.OFFSET_OUT_OF_RANGE:
-        raise KafkaRequestError(
-            f"offset {options.offset} is out of range for partition {options.partition} "
-            f"of {options.topic!r}: {error_text(error)}"
-        )
+    if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+        where = f"partition {options.partition} of {options.topic!r}"
+        if options.offset is not None:
+            where = f"offset {options.offset} is out of range for {where}"
+        raise KafkaRequestError(f"{where}: {error_text(error)}")
     if code in _UNKNOWN_TOPIC_ERRORS:
         raise UnknownTopicError(f"topic {options.topic!r}: {error_text(error)}")
     if error.fatal():

@@ -13,19 +13,17 @@ import json
 import random
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
-from rich.console import Group
-from rich.markup import escape
-from rich.panel import Panel
-from rich.table import Table
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from headrace.ops.clients import ClientErrors, client_config, error_text, fetch_metadata
+from headrace.ops.demo_report import Check, DemoReport
 from headrace.ops.errors import TopicExistsError
 from headrace.ops.partitioner import java_partition
+from headrace.ops.produce import DeliveryTally
 from headrace.ops.topics import TopicAdmin
 
 Progress = Callable[[str], object]
@@ -45,38 +43,6 @@ class DemoSettings:
     cards: int = 200
     seed: int = 7
     read_timeout: float = 30.0
-
-
-@dataclass(frozen=True)
-class Check:
-    """One verification: what was checked, whether it held, and the evidence."""
-
-    name: str
-    ok: bool
-    detail: str
-
-
-@dataclass(frozen=True)
-class DemoReport:
-    """What the demo did and measured. Durations are wall-clock seconds."""
-
-    broker: str
-    topic: str
-    partitions: int
-    produced: int
-    consumed: int
-    cards: int
-    payload_bytes: int
-    per_partition: Mapping[int, int]
-    startup_seconds: float | None
-    produce_seconds: float
-    consume_seconds: float
-    total_seconds: float
-    checks: tuple[Check, ...]
-
-    @property
-    def problems(self) -> list[str]:
-        return [c.detail for c in self.checks if not c.ok]
 
 
 def run_demo(
@@ -126,7 +92,7 @@ def _run(
 
     progress("Reading them back ...")
     t0 = time.monotonic()
-    consumed = _consume(
+    consumed, read_error = _consume(
         servers, settings.topic, start_offsets, len(payments), settings.read_timeout
     )
     consume_seconds = time.monotonic() - t0
@@ -144,7 +110,7 @@ def _run(
         produce_seconds=produce_seconds,
         consume_seconds=consume_seconds,
         total_seconds=time.monotonic() - started,
-        checks=_verify(payments, deliveries, consumed, partitions),
+        checks=_verify(payments, deliveries, consumed, read_error, partitions),
     )
 
 
@@ -170,20 +136,6 @@ def _payments(settings: DemoSettings) -> list[tuple[bytes, bytes]]:
     return out
 
 
-class _Deliveries:
-    def __init__(self) -> None:
-        self.per_partition: Counter[int] = Counter()
-        self.failed = 0
-        self.first_error: KafkaError | None = None
-
-    def __call__(self, error: KafkaError | None, message: Message) -> None:
-        if error is not None:
-            self.failed += 1
-            self.first_error = self.first_error or error
-        else:
-            self.per_partition[message.partition() or 0] += 1
-
-
 def _end_offsets(servers: str, topic: str, partitions: int) -> dict[int, int]:
     """Each partition's log end offset: where this run's records will start."""
     errors = ClientErrors()
@@ -198,7 +150,7 @@ def _end_offsets(servers: str, topic: str, partitions: int) -> dict[int, int]:
         consumer.close()
 
 
-def _produce(servers: str, topic: str, payments: list[tuple[bytes, bytes]]) -> _Deliveries:
+def _produce(servers: str, topic: str, payments: list[tuple[bytes, bytes]]) -> DeliveryTally:
     errors = ClientErrors()
     producer = Producer(
         client_config(
@@ -213,7 +165,7 @@ def _produce(servers: str, topic: str, payments: list[tuple[bytes, bytes]]) -> _
             },
         )
     )
-    deliveries = _Deliveries()
+    deliveries = DeliveryTally()
     for key, value in payments:
         while True:
             try:
@@ -228,8 +180,11 @@ def _produce(servers: str, topic: str, payments: list[tuple[bytes, bytes]]) -> _
 
 def _consume(
     servers: str, topic: str, start: dict[int, int], expected: int, idle_timeout: float
-) -> list[tuple[int, bytes, bytes]]:
-    """Read ``expected`` records from ``start``; returns (partition, key, value) in read order."""
+) -> tuple[list[tuple[int, bytes, bytes]], str | None]:
+    """Read ``expected`` records from ``start``, giving up after ``idle_timeout`` s without one.
+
+    Returns (partition, key, value) triples in read order, and the first error reported.
+    """
     errors = ClientErrors()
     consumer = Consumer(
         client_config(
@@ -239,25 +194,30 @@ def _consume(
         )
     )
     out: list[tuple[int, bytes, bytes]] = []
+    first_error: KafkaError | None = None
     try:
         consumer.assign([TopicPartition(topic, p, offset) for p, offset in start.items()])
         deadline = time.monotonic() + idle_timeout
         while len(out) < expected and time.monotonic() < deadline:
             for message in consumer.consume(num_messages=1000, timeout=0.5):
-                if message.error() is None:
+                error = message.error()
+                if error is not None:
+                    first_error = first_error or error
+                else:
                     out.append(
                         (message.partition() or 0, message.key() or b"", message.value() or b"")
                     )
                     deadline = time.monotonic() + idle_timeout
     finally:
         consumer.close()
-    return out
+    return out, (error_text(first_error) if first_error else None)
 
 
 def _verify(
     payments: list[tuple[bytes, bytes]],
-    deliveries: _Deliveries,
+    deliveries: DeliveryTally,
     consumed: list[tuple[int, bytes, bytes]],
+    read_error: str | None,
     partitions: int,
 ) -> tuple[Check, ...]:
     sent: defaultdict[bytes, list[bytes]] = defaultdict(list)
@@ -285,7 +245,8 @@ def _verify(
         Check(
             "read back",
             len(consumed) == len(payments),
-            f"{len(consumed)} of {len(payments)} records read back",
+            f"{len(consumed)} of {len(payments)} records read back"
+            + (f"; first error: {read_error}" if read_error else ""),
         ),
         Check(
             "per-card order",
@@ -297,40 +258,4 @@ def _verify(
             misplaced == 0,
             f"{len(placed) - misplaced} of {len(placed)} cards on the partition Java's murmur2 picks",
         ),
-    )
-
-
-def render_report(report: DemoReport) -> Panel:
-    """A compact summary of ``report`` for the terminal."""
-    mb = report.payload_bytes / 1e6
-    facts = Table.grid(padding=(0, 2))
-    facts.add_column(style="bold")
-    facts.add_column()
-    startup = f" (started in {report.startup_seconds:.1f} s)" if report.startup_seconds else ""
-    facts.add_row("Broker", escape(report.broker) + startup)
-    spread = ", ".join(f"{p}: {n}" for p, n in report.per_partition.items())
-    facts.add_row("Topic", f"{escape(report.topic)}, {report.partitions} partitions ({spread})")
-    facts.add_row(
-        "Records",
-        f"{report.produced} produced, {report.consumed} consumed, keyed by {report.cards} cards",
-    )
-    facts.add_row("Payload", f"{mb:.2f} MB of keys and JSON values")
-    facts.add_row("Produce", _rate(report.produced, report.payload_bytes, report.produce_seconds))
-    facts.add_row("Consume", _rate(report.consumed, report.payload_bytes, report.consume_seconds))
-    facts.add_row("Total time", f"{report.total_seconds:.2f} s")
-    checks = Table.grid(padding=(0, 1))
-    for check in report.checks:
-        mark = "[green]✓[/green]" if check.ok else "[bold red]✗[/bold red]"
-        checks.add_row(mark, escape(check.detail))
-    title = "headrace demo: card payments" + (
-        " [green]OK[/green]" if not report.problems else " [bold red]FAILED[/bold red]"
-    )
-    return Panel(Group(facts, "", checks), title=title, title_align="left", expand=False)
-
-
-def _rate(records: int, payload_bytes: int, seconds: float) -> str:
-    seconds = max(seconds, 1e-9)
-    return (
-        f"{seconds:.2f} s, {records / seconds:,.0f} records/s, "
-        f"{payload_bytes / seconds / 1e6:.1f} MB/s"
     )

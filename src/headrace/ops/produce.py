@@ -50,8 +50,11 @@ class ProduceResult:
     per_partition: Mapping[int, int] = field(default_factory=lambda: MappingProxyType({}))
 
 
-class _Deliveries:
-    """Delivery-report callback; called from ``poll``/``flush`` on the producing thread."""
+class DeliveryTally:
+    """A producer's ``on_delivery`` callback counting acknowledged and failed records.
+
+    librdkafka calls it from ``poll``/``flush`` on the producing thread; no locking needed.
+    """
 
     def __init__(self) -> None:
         self.per_partition: Counter[int] = Counter()
@@ -97,7 +100,7 @@ def produce_lines(lines: Iterable[bytes], options: ProduceOptions) -> ProduceRes
             f"topic {options.topic!r} has no partition {options.partition} "
             f"(it has {partitions}: 0..{partitions - 1})"
         )
-    deliveries = _Deliveries()
+    deliveries = DeliveryTally()
     try:
         sent, bad_line = _send_all(producer, lines, options, deliveries)
     finally:
@@ -110,15 +113,16 @@ def produce_lines(lines: Iterable[bytes], options: ProduceOptions) -> ProduceRes
             f"{sent - acked} of {sent} records were not delivered to {options.topic!r}: {reason}"
         )
     if bad_line is not None:
+        separator = (options.key_separator or b"").decode(errors="replace")
         raise InvalidInputError(
-            f"line {bad_line} has no key separator {options.key_separator!r}; "
-            f"the {acked} records before it were produced"
+            f"line {bad_line} has no key separator {separator!r}; "
+            f"records produced before it: {acked}"
         )
     return ProduceResult(acked, MappingProxyType(dict(sorted(deliveries.per_partition.items()))))
 
 
 def _send_all(
-    producer: Producer, lines: Iterable[bytes], options: ProduceOptions, deliveries: _Deliveries
+    producer: Producer, lines: Iterable[bytes], options: ProduceOptions, deliveries: DeliveryTally
 ) -> tuple[int, int | None]:
     """Queue every line; return (records queued, number of the first unkeyed line or None)."""
     sent = 0

@@ -99,6 +99,8 @@ class PartitionLog:
                 full=recover_fully and active,
                 on_batch=self.producer_state.observe if active else None)
         self._dirty = False
+        # Segments rolled out since the last flush: they still need a full fsync.
+        self._rolled: list[Segment] = []
 
     # --- offsets ----------------------------------------------------------------------
 
@@ -161,6 +163,7 @@ class PartitionLog:
     def roll(self) -> None:
         """Start a new active segment at the log end offset."""
         seg = Segment(self.directory, self.log_end_offset, self.config.index_interval_bytes)
+        self._rolled.append(self.segments[-1])
         self.segments.append(seg)
         self._bases.append(seg.base_offset)
 
@@ -229,14 +232,22 @@ class PartitionLog:
 
     # --- maintenance ------------------------------------------------------------------
 
-    def flush(self) -> None:
-        """fsync every segment written since the last flush. Blocking."""
-        if not self._dirty:
+    def flush(self, full: bool = False) -> None:
+        """Make everything appended so far durable. Blocking (call off the event loop).
+
+        The active segment gets an fdatasync of its log file; segments rolled since the
+        last flush are synced with their indexes, and the directory when it gained files.
+        ``full`` also syncs the active segment's indexes (clean shutdown).
+        """
+        if not (self._dirty or full):
             return
         self._dirty = False
-        for seg in self.segments[-2:]:
+        rolled, self._rolled = self._rolled, []
+        for seg in rolled:
             seg.flush()
-        _fsync_dir(self.directory)
+        if rolled:
+            _fsync_dir(self.directory)
+        self.segments[-1].flush(data_only=not full)
 
     def enforce_retention(self, now_ms: int) -> int:
         """Delete whole non-active segments past ``retention.ms`` / ``retention.bytes``.

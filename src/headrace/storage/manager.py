@@ -63,7 +63,9 @@ class LogManager:
         (data_dir / "__topics").mkdir(exist_ok=True)
         marker = data_dir / CLEAN_SHUTDOWN_FILE
         self.recovered_uncleanly = not marker.exists() and any(data_dir.glob("__topics/*.json"))
-        marker.unlink(missing_ok=True)
+        if marker.exists():
+            marker.unlink()
+            _fsync_dir(data_dir)  # a power loss from here on must count as unclean
         self.cluster_id = self._load_cluster_id()
         self.truncated_bytes = 0
         for meta in sorted((data_dir / "__topics").glob("*.json")):
@@ -191,7 +193,7 @@ class LogManager:
     def close(self) -> None:
         """Flush and close everything, then mark the shutdown clean."""
         for log in self.all_logs():
-            log.flush()
+            log.flush(full=True)
             log.close()
         (self.data_dir / CLEAN_SHUTDOWN_FILE).touch()
 
@@ -207,7 +209,11 @@ def _write_atomic(path: Path, text: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:

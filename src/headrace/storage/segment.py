@@ -206,8 +206,13 @@ class Segment:
     def fileno(self) -> int:
         return self._fd
 
-    def flush(self) -> None:
-        """fsync the log file and its indexes (blocking; call off the event loop)."""
+    def flush(self, data_only: bool = False) -> None:
+        """fsync the log file and, unless ``data_only``, its indexes. Blocking; call off
+        the event loop. The active segment's indexes need no fsync for durability: an
+        unclean start rebuilds them from the log."""
+        if data_only:
+            os.fdatasync(self._fd)
+            return
         os.fsync(self._fd)
         self.offset_index.flush()
         self.time_index.flush()

@@ -4,7 +4,8 @@ Each partition's record set is split into v2 batches, every batch checked (magic
 framing, CRC-32C, size) before any is appended, then appended verbatim with offsets
 assigned by rewriting baseOffset. ``acks=0`` gets no response; ``acks=1`` and
 ``acks=-1`` are answered after the append (the page cache survives a killed broker) or,
-with ``flush.on.ack``, after a group-commit fsync. Errors: UNSUPPORTED_FOR_MESSAGE_FORMAT
+with ``flush.on.ack``, after a group-commit fsync (a deferred response: the connection
+goes on appending pipelined requests, which then share fsyncs). Errors: UNSUPPORTED_FOR_MESSAGE_FORMAT
 (magic 0/1), CORRUPT_MESSAGE (CRC), MESSAGE_TOO_LARGE, UNKNOWN_TOPIC_OR_PARTITION,
 INVALID_REQUIRED_ACKS. Not implemented yet: idempotent/transactional sequence checks.
 """
@@ -17,7 +18,7 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from headrace.broker.context import RequestContext
 from headrace.broker.errors import error_code_for
-from headrace.broker.registry import handles
+from headrace.broker.registry import DeferredResponse, handles
 from headrace.errors import HeadraceError
 from headrace.protocol.errors import ErrorCode, KafkaProtocolError
 from headrace.protocol.records import validate_batches
@@ -62,11 +63,23 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                                        log_append_time_ms=-1, log_start_offset=-1,
                                        error_message=str(e) or code.name))
         answers.append((topic_data.name, parts))
-    if to_flush and acks != 0:
-        await state.flusher.flush(to_flush)
     if acks == 0:
         return None
-    return ProduceResponse(
-        responses=[_TopicResp(name=name, partition_responses=parts) for name, parts in answers],
-        throttle_time_ms=0,
-    )
+
+    def build(error: BaseException | None) -> Any:
+        if error is not None:  # the fsync failed: nothing here may be acknowledged
+            code = error_code_for(error)
+            for _, parts in answers:
+                for part in parts:
+                    if part.error_code == 0:
+                        part.error_code, part.base_offset = code, -1
+        return ProduceResponse(
+            responses=[_TopicResp(name=name, partition_responses=parts) for name, parts in answers],
+            throttle_time_ms=0,
+        )
+
+    if to_flush:
+        # Answered once the group-commit fsync covering these appends is done; the
+        # connection handles the next request meanwhile.
+        return DeferredResponse(state.flusher.request(to_flush), build)
+    return build(None)

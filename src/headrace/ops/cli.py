@@ -20,7 +20,7 @@ from rich.markup import escape
 from headrace.errors import HeadraceError
 from headrace.ops import topics_cli
 from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS, LIBRDKAFKA_LOGGER
-from headrace.ops.console import BootstrapServers, print_error, stderr, stdout
+from headrace.ops.console import BootstrapServers, plural, print_error, stderr, stdout
 from headrace.ops.consume import ConsumeOptions, consume
 from headrace.ops.errors import InvalidInputError, OpsError, VerificationError
 from headrace.ops.produce import ProduceOptions, produce_lines
@@ -156,7 +156,7 @@ def produce(
     result = produce_lines(sys.stdin.buffer, options)
     spread = ", ".join(f"{p}: {n}" for p, n in result.per_partition.items())
     stdout.print(
-        f"Produced {result.records} records to {escape(topic)}"
+        f"Produced {plural(result.records, 'record')} to {escape(topic)}"
         + (f" (per partition {spread})" if spread else "")
         + "."
     )
@@ -189,7 +189,12 @@ def consume_command(
         bool, typer.Option("--print-key", help="Print KEY SEP VALUE instead of VALUE.")
     ] = False,
     key_separator: Annotated[
-        str, typer.Option(help="Separator after the key with --print-key.", metavar="SEP")
+        str,
+        typer.Option(
+            help="Separator after the key with --print-key (default: tab).",
+            metavar="SEP",
+            show_default=False,
+        ),
     ] = "\t",
     timeout: Annotated[
         float | None,
@@ -219,7 +224,7 @@ def consume_command(
     except InvalidInputError as e:
         raise typer.BadParameter(str(e)) from e
     count = consume(options, sys.stdout.buffer)
-    stderr.print(f"Consumed {count} records.")
+    stderr.print(f"Consumed {plural(count, 'record')}.")
 
 
 @app.command()

@@ -32,3 +32,8 @@ BootstrapServers = Annotated[
 def print_error(message: str) -> None:
     """Print ``message`` on stderr as an error line (no markup interpretation)."""
     stderr.print(f"[bold red]error:[/bold red] {escape(message)}", soft_wrap=True)
+
+
+def plural(n: int, noun: str) -> str:
+    """``1 record``, ``2 records``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

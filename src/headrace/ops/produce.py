@@ -108,7 +108,10 @@ def produce_lines(lines: Iterable[bytes], options: ProduceOptions) -> ProduceRes
         unfinished = producer.flush(DELIVERY_TIMEOUT_S + 5)
     acked = sum(deliveries.per_partition.values())
     if unfinished or deliveries.failed:
-        reason = error_text(deliveries.first_error) if deliveries.first_error else "no report"
+        if deliveries.first_error is not None:
+            reason = error_text(deliveries.first_error)
+        else:
+            reason = f"no acknowledgement within {DELIVERY_TIMEOUT_S:g} s"
         raise DeliveryError(
             f"{sent - acked} of {sent} records were not delivered to {options.topic!r}: {reason}"
         )

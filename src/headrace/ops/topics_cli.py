@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS
-from headrace.ops.console import BootstrapServers, stdout
+from headrace.ops.console import BootstrapServers, plural, stdout
 from headrace.ops.topics import TopicAdmin, TopicDescription, parse_configs
 
 app = typer.Typer(
@@ -100,7 +100,7 @@ def _render(topic: TopicDescription) -> Group:
     header = Text.assemble(
         "Topic ",
         (topic.name, "bold"),
-        f": {_count(len(topic.partitions), 'partition')}, "
+        f": {plural(len(topic.partitions), 'partition')}, "
         f"replication factor {topic.replication_factor}",
     )
     with_errors = any(p.error for p in topic.partitions)
@@ -124,7 +124,3 @@ def _render(topic: TopicDescription) -> Group:
 
 def _ids(ids: tuple[int, ...]) -> str:
     return ",".join(map(str, ids)) or "-"
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

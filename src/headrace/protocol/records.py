@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import crc32c
+from kafka.record.default_records import DefaultRecordBatch
 
 from headrace.protocol.errors import ProtocolError
 
@@ -163,6 +164,15 @@ def scan_batches(
             return
         yield pos, header
         pos += header.size
+
+
+def record_timestamps(batch: bytes) -> list[tuple[int, int]]:
+    """``(offset, timestamp)`` of every record of one v2 batch, decompressing it if needed
+    (through kafka-python's record reader). Raises ``ProtocolError`` if it cannot be read."""
+    try:
+        return [(r.offset, r.timestamp) for r in DefaultRecordBatch(batch)]
+    except Exception as e:  # any codec or framing failure means "unreadable"
+        raise ProtocolError(f"cannot decode record batch: {e}") from e
 
 
 def rewrite_base_offset(buf: bytearray, pos: int, base_offset: int, leader_epoch: int) -> None:

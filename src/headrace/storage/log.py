@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from headrace.protocol.errors import ErrorCode, KafkaProtocolError
-from headrace.protocol.records import BatchHeader, rewrite_base_offset
+from headrace.protocol.errors import ErrorCode, KafkaProtocolError, ProtocolError
+from headrace.protocol.records import BatchHeader, record_timestamps, rewrite_base_offset
 from headrace.storage.config import LogConfig
 from headrace.storage.errors import OffsetOutOfRangeError
 from headrace.storage.producer_state import ProducerStateManager
@@ -209,19 +209,26 @@ class PartitionLog:
         return ReadResult(data, result.high_watermark, result.log_start_offset)
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """``(offset, timestamp)`` of the first batch whose max timestamp is >= ``timestamp``
-        (batch granularity), or None when no batch reaches it."""
+        """``(offset, timestamp)`` of the first record whose timestamp is >= ``timestamp``,
+        or None when none reaches it. The time index finds the batch; the batch is then
+        decoded (decompressed if need be) to find the record. A batch that cannot be
+        decoded answers at batch granularity: its base offset and max timestamp."""
         for seg in self.segments:
             if seg.max_timestamp < timestamp:
                 continue
             start = seg.offset_index.lookup(seg.time_index.lookup(timestamp))
-            for _, header in seg.walk_headers(start):
+            for pos, header in seg.walk_headers(start):
                 if header.max_timestamp >= timestamp:
-                    return header.base_offset, header.max_timestamp
+                    try:
+                        stamps = record_timestamps(seg.read(pos, header.size))
+                    except ProtocolError:
+                        return header.base_offset, header.max_timestamp
+                    return next(((o, t) for o, t in stamps if t >= timestamp),
+                                (header.base_offset, header.max_timestamp))
         return None
 
     def max_timestamp(self) -> tuple[int, int] | None:
-        """``(offset, timestamp)`` of the batch with the largest timestamp (KIP-734)."""
+        """``(offset, timestamp)`` of the first record with the largest timestamp (KIP-734)."""
         best: tuple[int, int] | None = None
         for seg in self.segments:
             if seg.max_timestamp >= 0 and (best is None or seg.max_timestamp > best[1]):

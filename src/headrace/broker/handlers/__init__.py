@@ -12,6 +12,7 @@ MODULES = (
     "list_offsets",
     "offset_for_leader_epoch",
     "init_producer_id",
+    "find_coordinator",
     "create_topics",
     "delete_topics",
     "create_partitions",

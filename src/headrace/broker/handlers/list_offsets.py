@@ -1,9 +1,9 @@
 """ListOffsets (key 2), versions 0-8.
 
-Timestamps: -1 latest (log end offset), -2 earliest (log start offset), -3 the batch with
+Timestamps: -1 latest (log end offset), -2 earliest (log start offset), -3 the record with
 the largest timestamp (KIP-734), -4 earliest local (= earliest: no tiered storage), and a
-real timestamp: the first batch whose max timestamp reaches it, found through the time
-index (batch granularity), else offset -1. Isolation level is accepted; until
+real timestamp: the first record whose timestamp reaches it (the time index finds the
+batch, which is then decoded), else offset -1. Isolation level is accepted; until
 transactions exist the last stable offset equals the log end offset.
 Not implemented: v0's multi-offset answers beyond one offset.
 """

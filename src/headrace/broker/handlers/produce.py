@@ -7,7 +7,9 @@ assigned by rewriting baseOffset. ``acks=0`` gets no response; ``acks=1`` and
 with ``flush.on.ack``, after a group-commit fsync (a deferred response: the connection
 goes on appending pipelined requests, which then share fsyncs). Errors: UNSUPPORTED_FOR_MESSAGE_FORMAT
 (magic 0/1), CORRUPT_MESSAGE (CRC), MESSAGE_TOO_LARGE, UNKNOWN_TOPIC_OR_PARTITION,
-INVALID_REQUIRED_ACKS. Not implemented yet: idempotent/transactional sequence checks.
+INVALID_REQUIRED_ACKS; for idempotent producers a retried duplicate gets its original
+offset, a sequence gap OUT_OF_ORDER_SEQUENCE_NUMBER and a stale epoch
+INVALID_PRODUCER_EPOCH. Not implemented yet: transactional batches' transaction checks.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ def test_round_trip_every_codec(broker: EmbeddedBroker, topic_name: str, codec: 
     consumed = kcat_consume(broker.bootstrap_servers, topic_name)
 
     assert_read_back(records, consumed)
-    assert_stored_codec(broker.bootstrap_servers, topic_name, range(3), codec, librdkafka=True)
+    assert_stored_codec(broker.bootstrap_servers, topic_name, range(3), codec)
 
 
 @pytest.mark.parametrize("codec", CODECS)
@@ -64,7 +64,7 @@ def test_one_megabyte_value(
     assert_read_back([Record(b"big", big_value(), (), 0), after], consumed)
     first = stored_batches(broker.bootstrap_servers, topic_name, 0)[0]
     assert (first.base_offset, first.record_count) == (0, 1)
-    assert_stored_codec(broker.bootstrap_servers, topic_name, [0], codec, librdkafka=True)
+    assert_stored_codec(broker.bootstrap_servers, topic_name, [0], codec)
 
 
 def test_many_partitions_keep_per_partition_order(broker: EmbeddedBroker, topic_name: str) -> None:

@@ -24,6 +24,9 @@ from kafka.record.default_records import DefaultRecordBatch
 from headrace.protocol.errors import ProtocolError
 
 HEADER_SIZE = 61
+# The smallest encodable record: length, attributes, timestamp and offset deltas, key and
+# value lengths, header count, one byte each.
+MIN_RECORD_SIZE = 7
 # Bytes of baseOffset + batchLength: the batchLength is relative to this.
 LOG_OVERHEAD = 12
 MAGIC_OFFSET = 16
@@ -135,6 +138,10 @@ def validate_batches(buf: bytes | bytearray | memoryview) -> list[BatchHeader]:
             raise ProtocolError(
                 f"inconsistent batch: {header.record_count} records, "
                 f"lastOffsetDelta {header.last_offset_delta}")
+        if (header.compression == 0
+                and header.record_count > (header.size - HEADER_SIZE) // MIN_RECORD_SIZE):
+            raise ProtocolError(f"{header.record_count} records cannot fit in "
+                                f"{header.size - HEADER_SIZE} bytes")
         if compute_crc(buf, pos, header.size) != header.crc:
             raise CorruptBatchError("record batch CRC-32C mismatch")
         headers.append(header)

@@ -9,18 +9,20 @@ except ``flush`` which may run on a worker thread while appends continue.
 from __future__ import annotations
 
 import bisect
+import contextlib
+import json
 import os
 import shutil
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from headrace.protocol.errors import ErrorCode, KafkaProtocolError, ProtocolError
+from headrace.protocol.errors import ProtocolError
 from headrace.protocol.records import BatchHeader, record_timestamps, rewrite_base_offset
 from headrace.storage.config import LogConfig
 from headrace.storage.errors import OffsetOutOfRangeError
 from headrace.storage.producer_state import ProducerStateManager
-from headrace.storage.segment import Segment
+from headrace.storage.segment import MAX_RELATIVE_OFFSET, Segment
 
 CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
 
@@ -90,14 +92,12 @@ class PartitionLog:
             self.segments.append(Segment(directory, 0, config.index_interval_bytes))
         self._bases = [s.base_offset for s in self.segments]
         self.truncated_bytes = 0
-        self.producer_state = ProducerStateManager()
         for i, seg in enumerate(self.segments):
             active = i == len(self.segments) - 1
             # Only the tail can be torn by a crash; older segments need their end offset.
-            # Producer state is rebuilt from the batches the recovery scan sees.
-            self.truncated_bytes += seg.recover(
-                full=recover_fully and active,
-                on_batch=self.producer_state.observe if active else None)
+            self.truncated_bytes += seg.recover(full=recover_fully and active)
+        self.producer_state = ProducerStateManager()
+        self._load_producer_state()
         self._dirty = False
         # Segments rolled out since the last flush: they still need a full fsync.
         self._rolled: list[Segment] = []
@@ -128,14 +128,12 @@ class PartitionLog:
         returns the original offsets; a stale epoch or sequence gap raises
         ``KafkaProtocolError`` before anything is written.
         """
-        for h in headers:
-            duplicate = self.producer_state.check(h)
-            if duplicate is not None:
-                if len(headers) > 1:
-                    raise KafkaProtocolError(ErrorCode.DUPLICATE_SEQUENCE_NUMBER)
-                return AppendResult(duplicate.first_offset, duplicate.last_offset,
-                                    self.log_start_offset)
         next_offset = self.log_end_offset
+        duplicate = self.producer_state.check_all(headers, next_offset)
+        if duplicate is not None:
+            return AppendResult(duplicate.first_offset, duplicate.last_offset,
+                                self.log_start_offset)
+        self._maybe_roll(len(data), sum(h.last_offset_delta + 1 for h in headers))
         base = next_offset
         pos = 0
         assigned: list[BatchHeader] = []
@@ -146,26 +144,69 @@ class PartitionLog:
             self.producer_state.observe(stamped)
             next_offset += h.last_offset_delta + 1
             pos += h.size
-        self._maybe_roll(len(data))
         self.segments[-1].append(data, assigned)
         self._dirty = True
         return AppendResult(base, next_offset - 1, self.log_start_offset)
 
-    def _maybe_roll(self, incoming: int) -> None:
+    def _maybe_roll(self, incoming_bytes: int, incoming_offsets: int) -> None:
         active = self.segments[-1]
         if active.size == 0:
             return
-        too_big = active.size + incoming > self.config.segment_bytes
+        too_big = active.size + incoming_bytes > self.config.segment_bytes
         too_old = time.time() * 1000 - active.created_ms > self.config.segment_ms
-        if too_big or too_old:
+        last_relative = active.next_offset + incoming_offsets - 1 - active.base_offset
+        if too_big or too_old or last_relative > MAX_RELATIVE_OFFSET:
             self.roll()
 
     def roll(self) -> None:
-        """Start a new active segment at the log end offset."""
+        """Start a new active segment at the log end offset, snapshotting producer state
+        there so a restart replays at most the active segment."""
         seg = Segment(self.directory, self.log_end_offset, self.config.index_interval_bytes)
         self._rolled.append(self.segments[-1])
         self.segments.append(seg)
         self._bases.append(seg.base_offset)
+        self._write_producer_snapshot()
+
+    # --- producer state ---------------------------------------------------------------
+
+    def _snapshot_paths(self) -> list[tuple[int, Path]]:
+        found = [(int(p.stem), p) for p in self.directory.glob("*.snapshot") if p.stem.isdigit()]
+        return sorted(found)
+
+    def _write_producer_snapshot(self) -> None:
+        """Write the producer state as of the log end offset; keep the newest two."""
+        end = self.log_end_offset
+        path = self.directory / f"{end:020d}.snapshot"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"offset": end, "producers": self.producer_state.snapshot()}))
+        os.replace(tmp, path)
+        for _, old in self._snapshot_paths()[:-2]:
+            old.unlink(missing_ok=True)
+
+    def _load_producer_state(self) -> None:
+        """Newest usable snapshot at or below the log end, then replay the batches after it
+        (header reads only). Snapshots past the end (a truncated tail) are dropped."""
+        end = self.log_end_offset
+        start = self.log_start_offset
+        for offset, path in reversed(self._snapshot_paths()):
+            if offset > end:
+                path.unlink(missing_ok=True)
+                continue
+            try:
+                data = json.loads(path.read_text())
+                self.producer_state.restore(data["producers"])
+                start = max(int(data["offset"]), start)
+                break
+            except (OSError, ValueError, KeyError, TypeError):
+                self.producer_state = ProducerStateManager()
+                continue
+        i = max(bisect.bisect_right(self._bases, start) - 1, 0)
+        for seg in self.segments[i:]:
+            found = seg.find_batch(start) if seg.base_offset <= start else None
+            begin = found[0] if found else (0 if seg.base_offset > start else seg.size)
+            for _, header in seg.walk_headers(begin):
+                if header.last_offset >= start:
+                    self.producer_state.observe(header)
 
     # --- read -------------------------------------------------------------------------
 
@@ -276,6 +317,10 @@ class PartitionLog:
         return deleted
 
     def close(self) -> None:
+        """Close the files. After a clean shutdown's ``flush(full=True)``, the producer
+        state is snapshotted first so the next start replays nothing."""
+        with contextlib.suppress(OSError):
+            self._write_producer_snapshot()
         for seg in self.segments:
             seg.close()
 

@@ -32,7 +32,7 @@ PRODUCER_ID_BLOCK = 1000
 # Each partition is a directory and three open files; refuse counts that would only
 # exhaust the machine.
 MAX_PARTITIONS_PER_TOPIC = 10_000
-_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 
 
 @dataclass
@@ -46,7 +46,7 @@ class Topic:
 
 def validate_topic_name(name: str) -> None:
     """Raise ``InvalidTopicError`` unless ``name`` is a legal Kafka topic name."""
-    if name in (".", "..") or not _LEGAL_TOPIC.match(name):
+    if name in (".", "..") or not _LEGAL_TOPIC.fullmatch(name):
         raise InvalidTopicError(
             f"illegal topic name {name!r}: use 1-249 of [a-zA-Z0-9._-], not '.' or '..'"
         )

@@ -3,15 +3,16 @@ sequence ranges (with offsets) of its last five batches, as Kafka keeps them.
 
 ``check`` decides, before an append, whether a batch is new, a retried duplicate (answer
 with the original offset, append nothing), or invalid (fenced epoch, sequence gap). The
-state lives in memory and is rebuilt from the log on start-up (``observe`` over the
-recovered batches). A producer unknown to the partition (new, or its state expired) may
+state lives in memory; the partition log snapshots it at each segment roll and at
+shutdown, and on start-up loads the newest snapshot and replays the batches after it. A producer unknown to the partition (new, or its state expired) may
 start at any sequence.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from headrace.protocol.errors import ErrorCode, KafkaProtocolError
 from headrace.protocol.records import BatchHeader
@@ -88,6 +89,24 @@ class ProducerStateManager:
                 f"expected {expected}")
         return None
 
+    def check_all(self, headers: list[BatchHeader], next_offset: int) -> BatchMetadata | None:
+        """``check`` for a whole record set appended at ``next_offset``, batch after batch
+        as if the earlier ones were already appended (nothing is recorded). Returns the
+        duplicate when the set is a single retried batch; a duplicate inside a larger set
+        raises DUPLICATE_SEQUENCE_NUMBER."""
+        if len(headers) == 1:
+            return self.check(headers[0])
+        scratch = ProducerStateManager()
+        for h in headers:
+            if h.producer_id in self.producers and h.producer_id not in scratch.producers:
+                old = self.producers[h.producer_id]
+                scratch.producers[h.producer_id] = ProducerEntry(old.epoch, deque(old.batches, maxlen=MAX_BATCHES_KEPT))
+            if scratch.check(h) is not None:
+                raise KafkaProtocolError(ErrorCode.DUPLICATE_SEQUENCE_NUMBER)
+            scratch.observe(replace(h, base_offset=next_offset))
+            next_offset += h.last_offset_delta + 1
+        return None
+
     def observe(self, header: BatchHeader) -> None:
         """Record an appended batch (with its assigned offsets)."""
         if header.producer_id == NO_PRODUCER_ID or header.is_control:
@@ -99,3 +118,19 @@ class ProducerStateManager:
         if header.base_sequence >= 0:
             entry.batches.append(BatchMetadata(header.base_sequence, last_sequence(header),
                                                header.base_offset, header.last_offset))
+
+    def snapshot(self) -> dict[str, object]:
+        """The state as JSON-able data (see ``restore``)."""
+        return {str(pid): {"epoch": e.epoch, "batches": [
+            [b.first_seq, b.last_seq, b.first_offset, b.last_offset] for b in e.batches]}
+            for pid, e in self.producers.items()}
+
+    def restore(self, data: dict[str, Any]) -> None:
+        """Replace the state with a ``snapshot``. Raises ``ValueError``/``KeyError``/
+        ``TypeError`` on malformed data (the caller then rebuilds from the log)."""
+        producers: dict[int, ProducerEntry] = {}
+        for pid, entry in data.items():
+            batches = deque((BatchMetadata(int(a), int(b), int(c), int(d))
+                             for a, b, c, d in entry["batches"]), maxlen=MAX_BATCHES_KEPT)
+            producers[int(pid)] = ProducerEntry(int(entry["epoch"]), batches)
+        self.producers = producers

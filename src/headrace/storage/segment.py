@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 from headrace.protocol.records import (
@@ -23,6 +23,9 @@ from headrace.protocol.records import (
 from headrace.storage.index import OffsetIndex, TimeIndex
 
 SCAN_CHUNK = 4 * 1024 * 1024
+# Index entries hold offsets relative to the segment's base; a segment rolls before any
+# offset would fall outside this (as Kafka does, Int.MaxValue).
+MAX_RELATIVE_OFFSET = 0x7FFFFFFF
 HEADER_WINDOW = 64 * 1024
 
 
@@ -51,42 +54,53 @@ class Segment:
 
     # --- recovery ---------------------------------------------------------------------
 
-    def recover(self, full: bool, on_batch: Callable[[BatchHeader], None] | None = None) -> int:
+    def recover(self, full: bool) -> int:
         """Establish ``next_offset``/``max_timestamp`` from the file; returns bytes truncated.
 
-        ``full``: validate every batch's CRC from the start, truncate at the first torn or
-        corrupt batch, and rebuild both indexes. Otherwise trust the file up to the last
-        offset-index entry and scan headers from there (clean shutdown). Never raises on
-        bad data. ``on_batch`` sees every valid batch scanned, in order.
+        ``full``: validate every batch's CRC from the start, truncate at the first torn,
+        corrupt or out-of-sequence batch, and rebuild both indexes. Otherwise trust the
+        file up to the last offset-index entry and scan headers from there (clean
+        shutdown); if that scan does not end exactly at the end of the file, or an index
+        is missing, the index is not trusted and a full recovery runs instead. Never
+        raises on bad data.
         """
-        if full or self._indexes_suspect():
-            self.offset_index.truncate(0)
-            self.time_index.truncate(0)
-            start, rebuild = 0, True
-        else:
-            start, rebuild = self.offset_index.lookup(1 << 32), False
+        if not full and not self._indexes_suspect():
             self.max_timestamp = self.time_index.max_timestamp()
+            if self._scan(self.offset_index.lookup(MAX_RELATIVE_OFFSET), rebuild=False) == self.size:
+                return 0
+        self.offset_index.truncate(0)
+        self.time_index.truncate(0)
+        self.next_offset = self.base_offset
+        self.max_timestamp = -1
+        valid_end = self._scan(0, rebuild=True)
+        truncated = self.size - valid_end
+        if truncated:
+            os.ftruncate(self._fd, valid_end)
+            self.size = valid_end
+        return truncated
+
+    def _scan(self, start: int, rebuild: bool) -> int:
+        """Walk the batches from ``start`` (CRC-checked when rebuilding, indexing them);
+        returns where the valid sequence ends. A batch whose offsets go backwards or leave
+        this segment's relative range ends the sequence like a corrupt one."""
         valid_end = start
         self._bytes_since_index = self._index_interval  # index the first batch seen
-        for pos, header in self.iter_batches(start, check_crc=full or rebuild):
+        for pos, header in self.iter_batches(start, check_crc=rebuild):
+            if (header.base_offset < self.next_offset
+                    or header.last_offset - self.base_offset > MAX_RELATIVE_OFFSET):
+                break
             if rebuild:
                 self._index(pos, header)
             else:
                 self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
             self.next_offset = header.last_offset + 1
             valid_end = pos + header.size
-            if on_batch is not None:
-                on_batch(header)
-        truncated = self.size - valid_end
-        if truncated:
-            os.ftruncate(self._fd, valid_end)
-            self.size = valid_end
-            self.offset_index.truncate_to_position(valid_end)
-        return truncated
+        return valid_end
 
     def _indexes_suspect(self) -> bool:
         last = self.offset_index.last()
-        return self.size > 0 and (last is None or last[1] >= self.size)
+        return self.size > 0 and (
+            last is None or last[1] >= self.size or self.time_index.entries == 0)
 
     def iter_batches(
         self, start: int = 0, check_crc: bool = False, chunk_size: int = SCAN_CHUNK

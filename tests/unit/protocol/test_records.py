@@ -465,3 +465,14 @@ def test_scan_batches_on_truncated_set_yields_whole_batches_only(batches, data) 
     found = list(scan_batches(buf[:cut]))
     whole = [i for i in range(len(datas)) if sum(len(d) for d in datas[: i + 1]) <= cut]
     assert len(found) == len(whole)
+
+
+def test_uncompressed_batch_claiming_more_records_than_fit_is_rejected() -> None:
+    """A producer batch may not claim records its body cannot hold (it would consume
+    offsets for records that do not exist)."""
+    batch = bytearray(build_batch([(b"k", b"v")]))
+    struct.pack_into(">i", batch, 23, 2**31 - 2)  # lastOffsetDelta
+    struct.pack_into(">i", batch, 57, 2**31 - 1)  # recordCount
+    struct.pack_into(">I", batch, 17, pure_python_crc32c(bytes(batch[21:])))
+    with pytest.raises(ProtocolError, match="cannot fit"):
+        validate_batches(batch)

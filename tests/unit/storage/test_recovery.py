@@ -380,12 +380,6 @@ def test_garbled_active_indexes_are_rebuilt_on_full_recovery(data) -> None:
         log.close()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "only the active segment gets a full recovery; an older segment whose .index was "
-    "garbled (entries inside the file but not at batch boundaries) is 'recovered' by "
-    "scanning from its last index entry, which finds no batch there, and Segment.recover "
-    "then truncates the old segment's .log at that position: data loss, and reads of the "
-    "lost offsets silently return the next segment's batches"))
 def test_garbled_index_of_an_old_segment_does_not_lose_data(tmp_path: Path) -> None:
     log, stored = _multi_segment_log(tmp_path)
     log.close()
@@ -400,11 +394,6 @@ def test_garbled_index_of_an_old_segment_does_not_lose_data(tmp_path: Path) -> N
         log.close()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a deleted .timeindex of an older segment is not rebuilt (its .index is intact, so the "
-    "segment is not 'suspect'): Segment.max_timestamp is taken from the batches after the "
-    "last offset-index entry only, so with out-of-order timestamps it is too small; "
-    "offset_for_timestamp then skips the segment (and time retention could delete it early)"))
 def test_deleted_time_index_of_an_old_segment_keeps_its_max_timestamp(tmp_path: Path) -> None:
     log, _ = _multi_segment_log(tmp_path, timestamps=[5000, 10, 20, 30])
     log.close()
@@ -427,11 +416,6 @@ def _three_batches(directory: Path) -> tuple[list[Stored], Path]:
     return stored, segment_files(directory, 0)[0]
 
 
-@pytest.mark.xfail(strict=True, raises=struct.error, reason=(
-    "baseOffset is not covered by the CRC; when a damaged tail batch's baseOffset lies "
-    "outside [segment base, base + 2**32), Segment._index packs a relative offset that does "
-    "not fit u32 and full recovery raises struct.error instead of truncating the batch "
-    "(Segment.recover promises never to raise on bad data)"))
 @pytest.mark.parametrize("byte,value", [(0, 0x80), (3, 0x01)], ids=["negative", "huge"])
 def test_recovery_never_raises_on_a_corrupted_base_offset(
     tmp_path: Path, byte: int, value: int
@@ -448,11 +432,6 @@ def test_recovery_never_raises_on_a_corrupted_base_offset(
         log.close()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "recovery accepts a tail batch whose baseOffset (outside the CRC) goes backwards: "
-    "log_end_offset regresses from 3 to 1 and the next append reuses offset 1, so the log "
-    "holds two batches at offset 1; the scan should require base offsets to continue the "
-    "previous batch (or at least never decrease) and drop the rest as corrupt"))
 def test_recovery_drops_a_batch_whose_base_offset_goes_backwards(tmp_path: Path) -> None:
     stored, path = _three_batches(tmp_path)
     raw = bytearray(path.read_bytes())
@@ -517,11 +496,6 @@ def test_producer_state_forgets_batches_cut_by_recovery(tmp_path: Path) -> None:
     log.close()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "producer state is rebuilt only from the active segment (PartitionLog passes on_batch "
-    "for it alone): a producer whose last batches are in an older segment is unknown after "
-    "a restart, so a retry of its last batch is appended a second time (idempotence "
-    "broken) and a stale epoch would be accepted"))
 def test_producer_state_survives_a_roll_and_a_crash(tmp_path: Path) -> None:
     log = PartitionLog(tmp_path, LogConfig(), recover_fully=False)
     sent = _idempotent(log, 0)
@@ -537,11 +511,6 @@ def test_producer_state_survives_a_roll_and_a_crash(tmp_path: Path) -> None:
         log.close()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "after a clean restart (recover_fully=False) Segment.recover scans, and feeds to the "
-    "producer state, only the batches from the last offset-index entry on; with a dense "
-    "index (index.interval.bytes small) a producer's earlier batches are forgotten and its "
-    "retry is appended twice"))
 def test_producer_state_survives_a_clean_restart(tmp_path: Path) -> None:
     log = PartitionLog(tmp_path, LogConfig(index_interval_bytes=1), recover_fully=False)
     sent = _idempotent(log, 0)

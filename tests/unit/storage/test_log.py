@@ -531,6 +531,8 @@ def test_offsets_beyond_the_segments_relative_range_roll_a_new_segment(
         data = make_batch(1, timestamp_ms=1000 + i)
         struct.pack_into(">i", data, 23, 2**31 - 2)  # lastOffsetDelta
         struct.pack_into(">i", data, 57, 2**31 - 1)  # recordCount
+        # Flagged compressed: validation cannot bound the record count without inflating.
+        struct.pack_into(">h", data, 21, 1)
         struct.pack_into(">I", data, 17, compute_crc(data, 0, len(data)))
         append_raw(log, data)
     assert log.log_end_offset == 4 * (2**31 - 1)

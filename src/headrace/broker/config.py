@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from headrace.broker.groups.coordinator import GroupConfig
 from headrace.storage.config import LogConfig
 
 
@@ -30,3 +31,8 @@ class BrokerConfig:
     # Largest record batch accepted by Produce (Kafka's message.max.bytes).
     message_max_bytes: int = 1024 * 1024 + 12 * 1024 * 8
     log: LogConfig = field(default_factory=LogConfig)
+    groups: GroupConfig = field(default_factory=GroupConfig)
+    # Kafka's offsets.topic.num.partitions (50 there; one broker gains nothing from more).
+    offsets_topic_partitions: int = 1
+    # Largest committed-offset metadata string (Kafka's offset.metadata.max.bytes).
+    offset_metadata_max_bytes: int = 4096

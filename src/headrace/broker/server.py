@@ -13,8 +13,7 @@ import time
 from headrace.broker import handlers
 from headrace.broker.config import BrokerConfig
 from headrace.broker.connection import Connection
-from headrace.broker.state import AppendNotifier, BrokerState, GroupCommitFlusher
-from headrace.storage.manager import LogManager
+from headrace.broker.state import BrokerState
 
 log = logging.getLogger("headrace.broker")
 
@@ -26,11 +25,11 @@ handlers.load_all()
 async def serve(config: BrokerConfig, stop: asyncio.Event | None = None) -> None:
     """Run a broker until ``stop`` is set (or SIGINT/SIGTERM when ``stop`` is None)."""
     started = time.monotonic()
-    logs = LogManager(config.data_dir, config.log)
+    state = BrokerState.open(config)
+    logs = state.logs
     if logs.recovered_uncleanly:
         log.warning("recovered after an unclean shutdown; truncated %d torn bytes",
                     logs.truncated_bytes)
-    state = BrokerState(config, logs, AppendNotifier(), GroupCommitFlusher())
     connections: set[asyncio.Task[None]] = set()
 
     async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -56,6 +55,7 @@ async def serve(config: BrokerConfig, stop: asyncio.Event | None = None) -> None
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
     retention = loop.create_task(_retention_loop(state))
+    sweeper = loop.create_task(state.groups.run())
     print(f"headrace broker listening on {config.host}:{state.port}", flush=True)
     log.info("started in %.2fs with %d topics from %s", time.monotonic() - started,
              len(logs.topics), config.data_dir)
@@ -64,6 +64,7 @@ async def serve(config: BrokerConfig, stop: asyncio.Event | None = None) -> None
     finally:
         log.info("shutting down")
         retention.cancel()
+        sweeper.cancel()
         server.close()
         for task in list(connections):
             task.cancel()

@@ -11,6 +11,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from headrace.broker.config import BrokerConfig
+from headrace.broker.groups.coordinator import GroupCoordinator
+from headrace.broker.groups.offsets import OffsetStore
 from headrace.protocol.errors import ErrorCode, KafkaProtocolError
 from headrace.storage.errors import UnknownTopicError
 from headrace.storage.log import PartitionLog
@@ -98,13 +100,31 @@ def _flush_all(logs: set[PartitionLog]) -> None:
 
 @dataclass
 class BrokerState:
-    """What handlers may touch: config, logs, and the notification/flush helpers."""
+    """What handlers may touch: config, logs, groups, and the notification/flush helpers."""
 
     config: BrokerConfig
     logs: LogManager
     notifier: AppendNotifier
     flusher: GroupCommitFlusher
+    groups: GroupCoordinator
+    offsets: OffsetStore
     port: int = 0
+
+    @classmethod
+    def open(cls, config: BrokerConfig) -> BrokerState:
+        """Recover the logs, replay committed offsets, and restore known groups (Empty,
+        at their last generation: members rejoin after a restart)."""
+        logs = LogManager(config.data_dir, config.log)
+        offsets = OffsetStore(logs, config.offsets_topic_partitions)
+        offsets.load()
+        groups = GroupCoordinator(config.groups, on_generation=offsets.record_group)
+        for group_id in set(offsets.groups) | set(offsets.offsets):
+            group = groups.get_or_create(group_id)
+            record = offsets.groups.get(group_id)
+            if record is not None:
+                group.generation_id = record.generation_id
+                group.protocol_type = record.protocol_type or None
+        return cls(config, logs, AppendNotifier(), GroupCommitFlusher(), groups, offsets)
 
     @property
     def advertised_host(self) -> str:

@@ -15,7 +15,7 @@ without touching the CRC or re-encoding anything.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import crc32c
@@ -238,7 +238,7 @@ def encode_record(
 
 
 def build_batch(
-    records: list[tuple[bytes | None, bytes | None]],
+    records: Sequence[tuple[bytes | None, bytes | None]],
     base_offset: int = 0,
     timestamp_ms: int = 0,
     attributes: int = 0,

@@ -1,8 +1,8 @@
-"""FindCoordinator (key 10), versions 0-4: advertised, but no coordinator exists yet.
+"""FindCoordinator (key 10), versions 0-4.
 
-Every lookup (group or transaction) answers COORDINATOR_NOT_AVAILABLE, a retriable
-error, until the group coordinator lands. It is served rather than left out because
-librdkafka only enables features such as LZ4 compression for brokers that advertise it.
+Groups (key type 0): this broker coordinates every group. Transactions (key type 1):
+no transaction coordinator exists yet, so COORDINATOR_NOT_AVAILABLE (retriable).
+v4+ batches keys (KIP-699). Share groups (v6) are not served.
 """
 
 from __future__ import annotations
@@ -15,16 +15,31 @@ from headrace.broker.context import RequestContext
 from headrace.broker.registry import handles
 from headrace.protocol.errors import ErrorCode
 
-_MESSAGE = "no group or transaction coordinator on this broker yet"
+GROUP, TRANSACTION = 0, 1
+_NO_TXN = "no transaction coordinator on this broker yet"
+
+
+def _answer(ctx: RequestContext, key_type: int) -> tuple[int, str | None, int, str, int]:
+    """(error code, message, node id, host, port) for one key."""
+    state = ctx.state
+    if key_type == GROUP:
+        return 0, None, state.config.node_id, state.advertised_host, state.port
+    if key_type == TRANSACTION:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, _NO_TXN, -1, "", -1
+    return ErrorCode.INVALID_REQUEST, f"unknown key type {key_type}", -1, "", -1
 
 
 @handles(FindCoordinatorRequest, FindCoordinatorResponse, max_version=4)
 async def handle(ctx: RequestContext, request: Any) -> Any:
-    code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+    key_type = request.key_type if ctx.api_version >= 1 else GROUP
     if ctx.api_version >= 4:
-        return FindCoordinatorResponse(throttle_time_ms=0, coordinators=[
-            FindCoordinatorResponse.Coordinator(key=k, node_id=-1, host="", port=-1,
-                                                error_code=code, error_message=_MESSAGE)
-            for k in request.coordinator_keys])
-    return FindCoordinatorResponse(throttle_time_ms=0, error_code=code, error_message=_MESSAGE,
-                                   node_id=-1, host="", port=-1)
+        coordinators = []
+        for key in request.coordinator_keys:
+            code, message, node, host, port = _answer(ctx, key_type)
+            coordinators.append(FindCoordinatorResponse.Coordinator(
+                key=key, node_id=node, host=host, port=port, error_code=code,
+                error_message=message))
+        return FindCoordinatorResponse(throttle_time_ms=0, coordinators=coordinators)
+    code, message, node, host, port = _answer(ctx, key_type)
+    return FindCoordinatorResponse(throttle_time_ms=0, error_code=code, error_message=message,
+                                   node_id=node, host=host, port=port)

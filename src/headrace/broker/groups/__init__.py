@@ -1,0 +1,1 @@
+"""The group coordinator (classic protocol) and the committed-offset store."""

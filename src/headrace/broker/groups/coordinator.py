@@ -1,0 +1,450 @@
+"""The group coordinator: Kafka's classic group protocol state machine.
+
+States: Empty -> PreparingRebalance -> CompletingRebalance -> Stable, and back to
+PreparingRebalance whenever membership or subscriptions change; Dead once deleted.
+
+* JoinGroup: protocol metadata over ``max_member_metadata_bytes`` is refused with
+  MESSAGE_TOO_LARGE and changes nothing. v4+ members without an id first get MEMBER_ID_REQUIRED and an id to come
+  back with (KIP-394). A join that changes the group starts a rebalance; the rebalance
+  completes when every known member has rejoined or the largest rebalance timeout
+  passes (members that did not rejoin are removed). A rebalance starting from Empty
+  waits ``initial_rebalance_delay_ms`` more, extended by each new join, so members
+  starting together land in one generation. The leader's response lists every member
+  with its metadata for the chosen protocol; the others get none.
+* SyncGroup: the leader's assignments complete the rebalance (Stable); followers wait
+  for them. Generation, member and instance id are fenced (ILLEGAL_GENERATION,
+  UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, REBALANCE_IN_PROGRESS).
+* Heartbeat keeps a member alive for its session timeout; during a rebalance it answers
+  REBALANCE_IN_PROGRESS so the member rejoins. Members awaiting a join or sync response
+  are kept alive by the rebalance timeout instead.
+* Static members (``group.instance.id``) keep their identity across restarts: a rejoin
+  under the same instance id replaces the old member id (fencing the old one) and, when
+  nothing else changed in a Stable group, gets its assignment back without a rebalance.
+
+Everything runs on the broker's event loop; ``sweep`` (called periodically) expires
+sessions, pending member ids and rebalance deadlines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from headrace.broker.groups.group import Group, GroupState, JoinResult, Member
+from headrace.protocol.errors import ErrorCode, KafkaProtocolError
+
+log = logging.getLogger(__name__)
+
+SWEEP_INTERVAL_SECONDS = 0.05
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    """Kafka's group.* broker settings (milliseconds)."""
+
+    min_session_timeout_ms: int = 1_000
+    max_session_timeout_ms: int = 1_800_000
+    initial_rebalance_delay_ms: int = 300
+    max_size: int = 1_000
+    # Largest protocol metadata a member may send (kept in memory, sent to the leader).
+    max_member_metadata_bytes: int = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class JoinRequest:
+    group_id: str
+    member_id: str
+    group_instance_id: str | None
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    client_id: str
+    client_host: str
+    require_known_member_id: bool
+
+
+class GroupCoordinator:
+    """All groups of this broker. ``on_generation`` is told of each completed rebalance
+    (for persistence) and ``on_deleted`` of each deleted group."""
+
+    def __init__(self, config: GroupConfig,
+                 on_generation: Callable[[Group], None] | None = None) -> None:
+        self.config = config
+        self.groups: dict[str, Group] = {}
+        self._on_generation = on_generation
+
+    # --- lookups ----------------------------------------------------------------------
+
+    def group(self, group_id: str) -> Group | None:
+        group = self.groups.get(group_id)
+        return None if group is None or group.state is GroupState.DEAD else group
+
+    def get_or_create(self, group_id: str) -> Group:
+        group = self.group(group_id)
+        if group is None:
+            group = self.groups[group_id] = Group(group_id)
+        return group
+
+    def _member(self, group: Group | None, member_id: str,
+                group_instance_id: str | None) -> Member:
+        """The member, after the instance-id fence. Raises UNKNOWN_MEMBER_ID or
+        FENCED_INSTANCE_ID."""
+        if group is None:
+            raise KafkaProtocolError(ErrorCode.UNKNOWN_MEMBER_ID)
+        if group_instance_id is not None:
+            current = group.static_members.get(group_instance_id)
+            if current is not None and current != member_id:
+                raise KafkaProtocolError(ErrorCode.FENCED_INSTANCE_ID)
+        member = group.members.get(member_id)
+        if member is None:
+            raise KafkaProtocolError(ErrorCode.UNKNOWN_MEMBER_ID)
+        return member
+
+    @staticmethod
+    def _now() -> float:
+        return asyncio.get_running_loop().time()
+
+    def _touch(self, member: Member) -> None:
+        member.session_deadline = self._now() + member.session_timeout_ms / 1000
+
+    # --- JoinGroup --------------------------------------------------------------------
+
+    async def join(self, req: JoinRequest) -> JoinResult:
+        """Handle a JoinGroup; may wait for the rebalance to complete. Never raises for
+        protocol errors: they come back as the result's error code."""
+        try:
+            return await self._join(req)
+        except KafkaProtocolError as e:
+            return JoinResult(error_code=e.code, member_id=req.member_id)
+
+    async def _join(self, req: JoinRequest) -> JoinResult:
+        cfg = self.config
+        if not req.group_id:
+            raise KafkaProtocolError(ErrorCode.INVALID_GROUP_ID)
+        if not cfg.min_session_timeout_ms <= req.session_timeout_ms <= cfg.max_session_timeout_ms:
+            raise KafkaProtocolError(ErrorCode.INVALID_SESSION_TIMEOUT)
+        if sum(len(m) for _, m in req.protocols) > cfg.max_member_metadata_bytes:
+            raise KafkaProtocolError(ErrorCode.MESSAGE_TOO_LARGE)
+        group = self.get_or_create(req.group_id)
+        if not group.supports(req.protocol_type, req.protocols, req.member_id):
+            raise KafkaProtocolError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+        if not req.member_id:
+            return await self._join_unknown(group, req)
+        if req.member_id in group.pending_members:
+            del group.pending_members[req.member_id]
+            return await self._add_and_wait(group, req, req.member_id)
+        member = self._member(group, req.member_id, req.group_instance_id)
+        return await self._rejoin(group, member, req)
+
+    async def _join_unknown(self, group: Group, req: JoinRequest) -> JoinResult:
+        prefix = req.group_instance_id or req.client_id or "member"
+        member_id = f"{prefix}-{uuid.uuid4()}"
+        if req.group_instance_id is not None:
+            old_id = group.static_members.get(req.group_instance_id)
+            if old_id is not None and old_id in group.members:
+                return await self._replace_static(group, group.members[old_id], member_id, req)
+            return await self._add_and_wait(group, req, member_id)
+        if len(group.members) + len(group.pending_members) >= self.config.max_size:
+            raise KafkaProtocolError(ErrorCode.GROUP_MAX_SIZE_REACHED)
+        if req.require_known_member_id:
+            group.pending_members[member_id] = self._now() + req.session_timeout_ms / 1000
+            return JoinResult(error_code=ErrorCode.MEMBER_ID_REQUIRED, member_id=member_id)
+        return await self._add_and_wait(group, req, member_id)
+
+    async def _add_and_wait(self, group: Group, req: JoinRequest, member_id: str) -> JoinResult:
+        if len(group.members) >= self.config.max_size:
+            raise KafkaProtocolError(ErrorCode.GROUP_MAX_SIZE_REACHED)
+        member = Member(member_id, req.group_instance_id, req.client_id, req.client_host,
+                        req.session_timeout_ms, req.rebalance_timeout_ms, req.protocol_type,
+                        req.protocols)
+        if not group.members:
+            group.protocol_type = req.protocol_type
+        group.members[member_id] = member
+        if req.group_instance_id is not None:
+            group.static_members[req.group_instance_id] = member_id
+        self._touch(member)
+        member.join_future = asyncio.get_running_loop().create_future()
+        if group.state is GroupState.PREPARING_REBALANCE and group.initial_delay_until:
+            self._extend_initial_delay(group)
+        self._prepare_rebalance(group, f"member {member_id} joined")
+        self._try_complete_join(group)
+        return await member.join_future
+
+    async def _replace_static(self, group: Group, old: Member, member_id: str,
+                              req: JoinRequest) -> JoinResult:
+        """A static member came back under a new member id: the old id is fenced."""
+        self._fail_pending(old, ErrorCode.FENCED_INSTANCE_ID)
+        del group.members[old.member_id]
+        new = Member(member_id, req.group_instance_id, req.client_id, req.client_host,
+                     req.session_timeout_ms, req.rebalance_timeout_ms, req.protocol_type,
+                     req.protocols, assignment=old.assignment)
+        group.members[member_id] = new
+        assert req.group_instance_id is not None
+        group.static_members[req.group_instance_id] = member_id
+        was_leader = group.leader_id == old.member_id
+        if was_leader:
+            group.leader_id = member_id
+        self._touch(new)
+        if group.state is GroupState.STABLE and old.same_protocols(req.protocols) \
+                and not was_leader:
+            # Same subscription: hand the assignment back without a rebalance.
+            return self._current_generation(group, new, as_leader=False)
+        new.join_future = asyncio.get_running_loop().create_future()
+        self._prepare_rebalance(group, f"static member {req.group_instance_id} rejoined")
+        self._try_complete_join(group)
+        return await new.join_future
+
+    async def _rejoin(self, group: Group, member: Member, req: JoinRequest) -> JoinResult:
+        self._touch(member)
+        changed = not member.same_protocols(req.protocols)
+        member.protocols = req.protocols
+        member.session_timeout_ms = req.session_timeout_ms
+        member.rebalance_timeout_ms = req.rebalance_timeout_ms
+        if member.join_future is not None and not member.join_future.done():
+            # A retried join while one is pending: the old request is superseded.
+            member.join_future.set_result(JoinResult(ErrorCode.UNKNOWN_MEMBER_ID,
+                                                     member_id=member.member_id))
+        state = group.state
+        if state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE) and not changed \
+                and member.member_id != group.leader_id:
+            # Nothing changed for a follower: resend the current generation.
+            return self._current_generation(group, member, as_leader=False)
+        member.join_future = asyncio.get_running_loop().create_future()
+        self._prepare_rebalance(group, f"member {member.member_id} rejoined")
+        self._try_complete_join(group)
+        return await member.join_future
+
+    def _current_generation(self, group: Group, member: Member, as_leader: bool) -> JoinResult:
+        return JoinResult(ErrorCode.NONE, group.generation_id, group.protocol_type,
+                          group.protocol_name, group.leader_id or "", member.member_id,
+                          self._member_list(group) if as_leader else ())
+
+    def _member_list(self, group: Group) -> tuple[tuple[str, str | None, bytes], ...]:
+        protocol = group.protocol_name or ""
+        return tuple((m.member_id, m.group_instance_id, m.metadata_for(protocol))
+                     for m in group.members.values())
+
+    # --- rebalance ----------------------------------------------------------------------
+
+    def _prepare_rebalance(self, group: Group, reason: str) -> None:
+        if group.state is GroupState.PREPARING_REBALANCE:
+            return
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            for m in group.members.values():
+                self._fail_sync(m, ErrorCode.REBALANCE_IN_PROGRESS)
+        now = self._now()
+        if group.state is GroupState.EMPTY and self.config.initial_rebalance_delay_ms > 0:
+            group.initial_delay_until = now + self.config.initial_rebalance_delay_ms / 1000
+        else:
+            group.initial_delay_until = 0.0
+        group.join_deadline = now + group.max_rebalance_timeout_ms() / 1000
+        group.state = GroupState.PREPARING_REBALANCE
+        log.info("group %s: preparing rebalance (generation %d): %s", group.group_id,
+                 group.generation_id, reason)
+
+    def _extend_initial_delay(self, group: Group) -> None:
+        now = self._now()
+        extended = now + self.config.initial_rebalance_delay_ms / 1000
+        group.initial_delay_until = min(extended, group.join_deadline)
+
+    def _try_complete_join(self, group: Group, force: bool = False) -> None:
+        """Complete the rebalance when every member rejoined (after any initial delay),
+        or, with ``force`` (deadline passed), without the members that did not."""
+        if group.state is not GroupState.PREPARING_REBALANCE:
+            return
+        if not force:
+            if group.initial_delay_until and self._now() < group.initial_delay_until:
+                return
+            if not group.all_joined():
+                return
+        for m in [m for m in group.members.values() if m.join_future is None]:
+            self._remove(group, m, "did not rejoin in time")
+        group.initial_delay_until = 0.0
+        group.generation_id += 1
+        if not group.members:
+            group.state = GroupState.EMPTY
+            group.protocol_name = group.leader_id = None
+            log.info("group %s: empty at generation %d", group.group_id, group.generation_id)
+            if self._on_generation:
+                self._on_generation(group)
+            return
+        group.protocol_name = group.select_protocol()
+        if group.leader_id not in group.members:
+            group.leader_id = next(iter(group.members))
+        group.state = GroupState.COMPLETING_REBALANCE
+        group.sync_deadline = self._now() + group.max_rebalance_timeout_ms() / 1000
+        members = self._member_list(group)
+        for m in group.members.values():
+            fut, m.join_future = m.join_future, None
+            m.assignment = b""
+            self._touch(m)
+            result = JoinResult(ErrorCode.NONE, group.generation_id, group.protocol_type,
+                                group.protocol_name, group.leader_id, m.member_id,
+                                members if m.member_id == group.leader_id else ())
+            if fut is not None and not fut.done():
+                fut.set_result(result)
+        log.info("group %s: generation %d with %d members, protocol %s, leader %s",
+                 group.group_id, group.generation_id, len(group.members),
+                 group.protocol_name, group.leader_id)
+
+    # --- SyncGroup ----------------------------------------------------------------------
+
+    async def sync(self, group_id: str, generation_id: int, member_id: str,
+                   group_instance_id: str | None, protocol_type: str | None,
+                   protocol_name: str | None, assignments: dict[str, bytes]) -> bytes:
+        """Handle a SyncGroup; returns the member's assignment. Raises
+        ``KafkaProtocolError`` (UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, ILLEGAL_GENERATION,
+        INCONSISTENT_GROUP_PROTOCOL, REBALANCE_IN_PROGRESS)."""
+        group = self.group(group_id)
+        member = self._member(group, member_id, group_instance_id)
+        assert group is not None
+        if generation_id != group.generation_id:
+            raise KafkaProtocolError(ErrorCode.ILLEGAL_GENERATION)
+        if (protocol_type is not None and protocol_type != group.protocol_type) or (
+                protocol_name is not None and protocol_name != group.protocol_name):
+            raise KafkaProtocolError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+        self._touch(member)
+        if group.state is GroupState.PREPARING_REBALANCE:
+            raise KafkaProtocolError(ErrorCode.REBALANCE_IN_PROGRESS)
+        if group.state is GroupState.STABLE:
+            return member.assignment
+        if group.state is not GroupState.COMPLETING_REBALANCE:
+            raise KafkaProtocolError(ErrorCode.UNKNOWN_MEMBER_ID)
+        self._fail_sync(member, ErrorCode.REBALANCE_IN_PROGRESS)  # a superseded retry
+        member.sync_future = asyncio.get_running_loop().create_future()
+        if member_id == group.leader_id:
+            for m in group.members.values():
+                m.assignment = assignments.get(m.member_id, b"")
+            group.state = GroupState.STABLE
+            for m in group.members.values():
+                fut, m.sync_future = m.sync_future, None
+                if fut is not None and not fut.done():
+                    fut.set_result(m.assignment)
+            log.info("group %s: stable at generation %d", group.group_id, group.generation_id)
+            if self._on_generation:
+                self._on_generation(group)
+            return member.assignment
+        return await member.sync_future
+
+    # --- Heartbeat and LeaveGroup ----------------------------------------------------------
+
+    def heartbeat(self, group_id: str, generation_id: int, member_id: str,
+                  group_instance_id: str | None) -> None:
+        """Raises ``KafkaProtocolError`` with the code a Heartbeat answers; returns on NONE."""
+        group = self.group(group_id)
+        member = self._member(group, member_id, group_instance_id)
+        assert group is not None
+        if generation_id != group.generation_id:
+            raise KafkaProtocolError(ErrorCode.ILLEGAL_GENERATION)
+        self._touch(member)
+        if group.state is GroupState.PREPARING_REBALANCE:
+            raise KafkaProtocolError(ErrorCode.REBALANCE_IN_PROGRESS)
+
+    def leave(self, group_id: str, member_id: str, group_instance_id: str | None) -> None:
+        """Remove one member (LeaveGroup). Raises UNKNOWN_MEMBER_ID / FENCED_INSTANCE_ID."""
+        group = self.group(group_id)
+        if group_instance_id is not None and not member_id and group is not None:
+            member_id = group.static_members.get(group_instance_id, "")
+        member = self._member(group, member_id, group_instance_id)
+        assert group is not None
+        self._remove(group, member, "left the group")
+        self._after_removal(group)
+
+    def _remove(self, group: Group, member: Member, why: str) -> None:
+        self._fail_pending(member, ErrorCode.UNKNOWN_MEMBER_ID)
+        group.members.pop(member.member_id, None)
+        if member.group_instance_id is not None and \
+                group.static_members.get(member.group_instance_id) == member.member_id:
+            del group.static_members[member.group_instance_id]
+        log.info("group %s: member %s %s", group.group_id, member.member_id, why)
+
+    def _after_removal(self, group: Group) -> None:
+        if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._prepare_rebalance(group, "a member left")
+        if group.state is GroupState.PREPARING_REBALANCE:
+            self._try_complete_join(group)
+
+    @staticmethod
+    def _fail_sync(member: Member, code: ErrorCode) -> None:
+        fut, member.sync_future = member.sync_future, None
+        if fut is not None and not fut.done():
+            fut.set_exception(KafkaProtocolError(code))
+
+    def _fail_pending(self, member: Member, code: ErrorCode) -> None:
+        fut, member.join_future = member.join_future, None
+        if fut is not None and not fut.done():
+            fut.set_result(JoinResult(code, member_id=member.member_id))
+        self._fail_sync(member, code)
+
+    # --- offset commits ---------------------------------------------------------------
+
+    def check_commit(self, group_id: str, generation_id: int, member_id: str,
+                     group_instance_id: str | None) -> None:
+        """May this OffsetCommit be stored? Generation -1 with no member id is a commit
+        from a consumer without group membership, allowed while the group has no members.
+        Raises INVALID_GROUP_ID, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID,
+        REBALANCE_IN_PROGRESS or ILLEGAL_GENERATION."""
+        if not group_id:
+            raise KafkaProtocolError(ErrorCode.INVALID_GROUP_ID)
+        group = self.group(group_id)
+        if generation_id < 0 and not member_id and (
+                group is None or group.state is GroupState.EMPTY):
+            return
+        if group is None:
+            raise KafkaProtocolError(ErrorCode.UNKNOWN_MEMBER_ID)
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            raise KafkaProtocolError(ErrorCode.REBALANCE_IN_PROGRESS)
+        member = self._member(group, member_id, group_instance_id)
+        if generation_id != group.generation_id:
+            raise KafkaProtocolError(ErrorCode.ILLEGAL_GENERATION)
+        self._touch(member)
+
+    # --- deletion ---------------------------------------------------------------------
+
+    def delete(self, group_id: str) -> None:
+        """Mark an Empty group Dead. Raises GROUP_ID_NOT_FOUND or NON_EMPTY_GROUP."""
+        group = self.group(group_id)
+        if group is None:
+            raise KafkaProtocolError(ErrorCode.GROUP_ID_NOT_FOUND)
+        if group.state is not GroupState.EMPTY:
+            raise KafkaProtocolError(ErrorCode.NON_EMPTY_GROUP)
+        group.state = GroupState.DEAD
+        del self.groups[group_id]
+
+    # --- timers -----------------------------------------------------------------------
+
+    def sweep(self) -> None:
+        """Expire sessions, pending member ids and rebalance deadlines. Idempotent."""
+        now = self._now()
+        for group in list(self.groups.values()):
+            for pending, deadline in list(group.pending_members.items()):
+                if now > deadline:
+                    del group.pending_members[pending]
+            if group.state is GroupState.PREPARING_REBALANCE:
+                if now >= group.join_deadline:
+                    self._try_complete_join(group, force=True)
+                else:
+                    self._try_complete_join(group)
+            elif group.state is GroupState.COMPLETING_REBALANCE and now >= group.sync_deadline:
+                # The leader never sent assignments: start over without the silent members.
+                for m in [m for m in group.members.values() if m.sync_future is None]:
+                    self._remove(group, m, "did not sync in time")
+                self._prepare_rebalance(group, "sync timed out")
+                self._try_complete_join(group)
+            expired = [m for m in group.members.values()
+                       if m.join_future is None and m.sync_future is None
+                       and now > m.session_deadline]
+            for m in expired:
+                self._remove(group, m, "session timed out")
+            if expired:
+                self._after_removal(group)
+
+    async def run(self) -> None:
+        """Sweep forever (the broker runs this as a background task)."""
+        while True:
+            await asyncio.sleep(SWEEP_INTERVAL_SECONDS)
+            self.sweep()

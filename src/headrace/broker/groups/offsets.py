@@ -1,0 +1,215 @@
+"""Committed offsets, stored in the internal compacted topic ``__consumer_offsets``.
+
+Records use Kafka's own key and value layouts, so Kafka tooling can read the topic:
+
+* offset commit: key v1 ``(group, topic, partition)``, value v3 ``(offset, leader epoch,
+  metadata, commit timestamp)``; a null value (tombstone) deletes the offset;
+* group metadata: key v2 ``(group)``, value v3 ``(protocol type, generation, protocol,
+  leader, state timestamp, [])`` (members are not persisted: they rejoin after a
+  restart); a tombstone deletes the group.
+
+The store keeps the latest value of every key in memory (the state of the compacted
+topic) and rebuilds it by replaying the topic on start. A commit is acknowledged once
+appended, like a produce: it survives ``kill -9`` of the broker.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+import zlib
+from dataclasses import dataclass
+
+from kafka.record.default_records import DefaultRecordBatch
+
+from headrace.broker.groups.group import Group
+from headrace.protocol.errors import ProtocolError
+from headrace.protocol.records import build_batch, validate_batches
+from headrace.storage.log import PartitionLog
+from headrace.storage.manager import LogManager
+
+OFFSETS_TOPIC = "__consumer_offsets"
+OFFSETS_TOPIC_CONFIG = {"cleanup.policy": "compact", "retention.ms": "-1",
+                        "segment.bytes": str(100 * 1024 * 1024)}
+OFFSET_KEY_VERSION = 1
+GROUP_KEY_VERSION = 2
+OFFSET_VALUE_VERSION = 3
+GROUP_VALUE_VERSION = 3
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    offset: int
+    leader_epoch: int = -1
+    metadata: str = ""
+    commit_timestamp_ms: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRecord:
+    protocol_type: str
+    generation_id: int
+
+
+def _string(s: str) -> bytes:
+    raw = s.encode()
+    return struct.pack(">h", len(raw)) + raw
+
+
+def _nullable_string(s: str | None) -> bytes:
+    return struct.pack(">h", -1) if s is None else _string(s)
+
+
+class _Reader:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.pos = 0
+
+    def take(self, fmt: str) -> int:
+        (value,) = struct.unpack_from(fmt, self.data, self.pos)
+        self.pos += struct.calcsize(fmt)
+        return int(value)
+
+    def string(self) -> str | None:
+        n = self.take(">h")
+        if n < 0:
+            return None
+        raw = self.data[self.pos : self.pos + n]
+        self.pos += n
+        return raw.decode()
+
+
+def offset_key(group: str, topic: str, partition: int) -> bytes:
+    return struct.pack(">h", OFFSET_KEY_VERSION) + _string(group) + _string(topic) + \
+        struct.pack(">i", partition)
+
+
+def group_key(group: str) -> bytes:
+    return struct.pack(">h", GROUP_KEY_VERSION) + _string(group)
+
+
+def offset_value(c: CommittedOffset) -> bytes:
+    return struct.pack(">hqi", OFFSET_VALUE_VERSION, c.offset, c.leader_epoch) + \
+        _string(c.metadata) + struct.pack(">q", c.commit_timestamp_ms)
+
+
+def group_value(g: Group) -> bytes:
+    return (struct.pack(">h", GROUP_VALUE_VERSION) + _string(g.protocol_type or "")
+            + struct.pack(">i", g.generation_id) + _nullable_string(g.protocol_name)
+            + _nullable_string(g.leader_id) + struct.pack(">qi", int(time.time() * 1000), 0))
+
+
+class OffsetStore:
+    """Committed offsets and group records of every group. Event loop only."""
+
+    def __init__(self, logs: LogManager, partitions: int = 1) -> None:
+        topic = logs.topics.get(OFFSETS_TOPIC)
+        if topic is None:
+            topic = logs.create_topic(OFFSETS_TOPIC, partitions, OFFSETS_TOPIC_CONFIG)
+        self._partitions = topic.partitions
+        self.offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
+        self.groups: dict[str, GroupRecord] = {}
+
+    def partition_for(self, group: str) -> PartitionLog:
+        """The ``__consumer_offsets`` partition holding ``group`` (stable across restarts)."""
+        return self._partitions[zlib.crc32(group.encode()) % len(self._partitions)]
+
+    # --- loading ----------------------------------------------------------------------
+
+    def load(self) -> int:
+        """Replay the topic into memory; returns the number of records applied. Records
+        that cannot be decoded are skipped (and counted out)."""
+        applied = 0
+        for plog in self._partitions:
+            offset = plog.log_start_offset
+            while offset < plog.log_end_offset:
+                data = plog.read(offset, 16 * 1024 * 1024).data
+                if not data:
+                    break
+                pos = 0
+                while pos < len(data):
+                    (length,) = struct.unpack_from(">i", data, pos + 8)
+                    batch = DefaultRecordBatch(data[pos : pos + 12 + length])
+                    for record in batch:
+                        if record.key is not None and self._apply(record.key, record.value):
+                            applied += 1
+                        offset = record.offset + 1
+                    offset = max(offset, batch.next_offset)
+                    pos += 12 + length
+        return applied
+
+    def _apply(self, key: bytes, value: bytes | None) -> bool:
+        try:
+            r = _Reader(key)
+            version = r.take(">h")
+            group = r.string() or ""
+            if version in (0, 1):
+                tp = (r.string() or "", r.take(">i"))
+                if value is None:
+                    self.offsets.get(group, {}).pop(tp, None)
+                else:
+                    self.offsets.setdefault(group, {})[tp] = _decode_offset(value)
+            elif version == GROUP_KEY_VERSION:
+                if value is None:
+                    self.groups.pop(group, None)
+                    self.offsets.pop(group, None)
+                else:
+                    v = _Reader(value)
+                    v.take(">h")
+                    self.groups[group] = GroupRecord(v.string() or "", v.take(">i"))
+            else:
+                return False
+        except (struct.error, UnicodeDecodeError, ProtocolError):
+            return False
+        return True
+
+    # --- writing ----------------------------------------------------------------------
+
+    def _append(self, group: str, records: list[tuple[bytes, bytes | None]]) -> PartitionLog:
+        plog = self.partition_for(group)
+        data = bytearray(build_batch(records, timestamp_ms=int(time.time() * 1000)))
+        plog.append(data, validate_batches(data))
+        return plog
+
+    def commit(self, group: str, offsets: dict[TopicPartition, CommittedOffset]) -> PartitionLog:
+        """Persist and apply commits; returns the partition written (to flush or notify)."""
+        plog = self._append(group, [(offset_key(group, t, p), offset_value(c))
+                                    for (t, p), c in offsets.items()])
+        self.offsets.setdefault(group, {}).update(offsets)
+        return plog
+
+    def delete_offsets(self, group: str, partitions: list[TopicPartition]) -> None:
+        present = [tp for tp in partitions if tp in self.offsets.get(group, {})]
+        if present:
+            self._append(group, [(offset_key(group, t, p), None) for t, p in present])
+            for tp in present:
+                del self.offsets[group][tp]
+
+    def record_group(self, group: Group) -> None:
+        """Persist a group's generation and protocol type (after each rebalance)."""
+        self._append(group.group_id, [(group_key(group.group_id), group_value(group))])
+        self.groups[group.group_id] = GroupRecord(group.protocol_type or "", group.generation_id)
+
+    def delete_group(self, group: str) -> None:
+        """Tombstone the group and all its offsets."""
+        records: list[tuple[bytes, bytes | None]] = [
+            (offset_key(group, t, p), None) for t, p in self.offsets.get(group, {})]
+        records.append((group_key(group), None))
+        self._append(group, records)
+        self.offsets.pop(group, None)
+        self.groups.pop(group, None)
+
+    def committed(self, group: str) -> dict[TopicPartition, CommittedOffset]:
+        return self.offsets.get(group, {})
+
+
+def _decode_offset(value: bytes) -> CommittedOffset:
+    r = _Reader(value)
+    version = r.take(">h")
+    offset = r.take(">q")
+    leader_epoch = r.take(">i") if version >= 3 else -1
+    metadata = r.string() or ""
+    commit_ts = r.take(">q")
+    return CommittedOffset(offset, leader_epoch, metadata, commit_ts)

@@ -1,0 +1,46 @@
+"""DescribeGroups (key 15), versions 0-5: state, protocol and members (with their
+metadata and, once Stable, assignment). Unknown groups are described as Dead with no
+members, as Kafka does. Authorized operations are not computed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.admin import DescribeGroupsRequest, DescribeGroupsResponse
+
+from headrace.broker.context import RequestContext
+from headrace.broker.groups.group import GroupState
+from headrace.broker.registry import handles
+from headrace.protocol.errors import ErrorCode
+
+_Group = DescribeGroupsResponse.DescribedGroup
+_Member = _Group.DescribedGroupMember
+
+
+@handles(DescribeGroupsRequest, DescribeGroupsResponse, max_version=5)
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    described = []
+    for group_id in request.groups:
+        if not group_id:
+            described.append(_Group(error_code=ErrorCode.INVALID_GROUP_ID, group_id=group_id,
+                                    group_state="", protocol_type="", protocol_data="",
+                                    members=[]))
+            continue
+        group = ctx.state.groups.group(group_id)
+        if group is None:
+            described.append(_Group(error_code=0, group_id=group_id,
+                                    group_state=GroupState.DEAD.value, protocol_type="",
+                                    protocol_data="", members=[]))
+            continue
+        stable = group.state is GroupState.STABLE
+        protocol = group.protocol_name or ""
+        members = [
+            _Member(member_id=m.member_id, group_instance_id=m.group_instance_id,
+                    client_id=m.client_id, client_host=m.client_host,
+                    member_metadata=m.metadata_for(protocol) if protocol else b"",
+                    member_assignment=m.assignment if stable else b"")
+            for m in group.members.values()]
+        described.append(_Group(error_code=0, group_id=group_id, group_state=group.state.value,
+                                protocol_type=group.protocol_type or "",
+                                protocol_data=protocol, members=members))
+    return DescribeGroupsResponse(throttle_time_ms=0, groups=described)

@@ -1,0 +1,42 @@
+"""JoinGroup (key 11), versions 0-9: see ``headrace.broker.groups.coordinator``.
+
+The response waits for the rebalance to complete (the connection's later requests wait
+with it, as in Kafka). v4+ members without an id get MEMBER_ID_REQUIRED first (KIP-394).
+``skip_assignment`` (v9, KIP-814) is always false: a static leader that rejoins triggers
+a rebalance instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.consumer import JoinGroupRequest, JoinGroupResponse
+
+from headrace.broker.context import RequestContext
+from headrace.broker.groups.coordinator import JoinRequest
+from headrace.broker.registry import handles
+
+_Member = JoinGroupResponse.JoinGroupResponseMember
+
+
+@handles(JoinGroupRequest, JoinGroupResponse, max_version=9)
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    v = ctx.api_version
+    req = JoinRequest(
+        group_id=request.group_id,
+        member_id=request.member_id,
+        group_instance_id=request.group_instance_id if v >= 5 else None,
+        session_timeout_ms=request.session_timeout_ms,
+        rebalance_timeout_ms=request.rebalance_timeout_ms if v >= 1 else request.session_timeout_ms,
+        protocol_type=request.protocol_type,
+        protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
+        client_id=ctx.client_id or "",
+        client_host="/" + ctx.peer.rsplit(":", 1)[0],
+        require_known_member_id=v >= 4,
+    )
+    r = await ctx.state.groups.join(req)
+    return JoinGroupResponse(
+        throttle_time_ms=0, error_code=r.error_code, generation_id=r.generation_id,
+        protocol_type=r.protocol_type, protocol_name=r.protocol_name, leader=r.leader,
+        skip_assignment=False, member_id=r.member_id,
+        members=[_Member(member_id=m, group_instance_id=i, metadata=md) for m, i, md in r.members])

@@ -1,0 +1,76 @@
+"""OffsetCommit (key 8), versions 0-9 (v10 names topics by id: not served).
+
+Commits from group members are fenced like Kafka's: UNKNOWN_MEMBER_ID,
+FENCED_INSTANCE_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS while assignments are
+being handed out. A commit with generation -1 and no member id is a "simple" commit from
+a consumer using no group membership, accepted while the group has no members.
+Metadata over ``offset.metadata.max.bytes`` gets OFFSET_METADATA_TOO_LARGE for that
+partition. Offsets go to ``__consumer_offsets`` before the answer (fsynced first when
+the broker runs with ``--fsync``). Not implemented: retention_time_ms (v2-4) expiry.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from kafka.protocol.consumer import OffsetCommitRequest, OffsetCommitResponse
+
+from headrace.broker.context import RequestContext
+from headrace.broker.groups.offsets import CommittedOffset, TopicPartition
+from headrace.broker.registry import DeferredResponse, handles
+from headrace.errors import HeadraceError
+from headrace.protocol.errors import ErrorCode, KafkaProtocolError
+
+_Topic = OffsetCommitResponse.OffsetCommitResponseTopic
+_Partition = _Topic.OffsetCommitResponsePartition
+
+
+@handles(OffsetCommitRequest, OffsetCommitResponse, max_version=9)
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    state = ctx.state
+    v = ctx.api_version
+    try:
+        state.groups.check_commit(
+            request.group_id, request.generation_id_or_member_epoch if v >= 1 else -1,
+            request.member_id if v >= 1 else "", request.group_instance_id if v >= 7 else None)
+        group_code = 0
+    except KafkaProtocolError as e:
+        group_code = e.code
+    now = int(time.time() * 1000)
+    accepted: dict[TopicPartition, CommittedOffset] = {}
+    codes: dict[TopicPartition, int] = {}
+    for t in request.topics:
+        for p in t.partitions:
+            tp = (t.name, p.partition_index)
+            metadata = p.committed_metadata or ""
+            if group_code:
+                codes[tp] = group_code
+            elif len(metadata.encode()) > state.config.offset_metadata_max_bytes:
+                codes[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+            else:
+                epoch = p.committed_leader_epoch if ctx.api_version >= 6 else -1
+                accepted[tp] = CommittedOffset(p.committed_offset, epoch, metadata, now)
+                codes[tp] = 0
+    written = None
+    if accepted:
+        try:
+            written = state.offsets.commit(request.group_id, accepted)
+            state.groups.get_or_create(request.group_id)
+        except (HeadraceError, OSError):
+            for tp in accepted:
+                codes[tp] = ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+    def build(error: BaseException | None) -> Any:
+        return OffsetCommitResponse(throttle_time_ms=0, topics=[
+            _Topic(name=t.name, partitions=[
+                _Partition(partition_index=p.partition_index,
+                           error_code=(ErrorCode.COORDINATOR_NOT_AVAILABLE
+                                       if error is not None and codes[(t.name, p.partition_index)] == 0
+                                       else codes[(t.name, p.partition_index)]))
+                for p in t.partitions])
+            for t in request.topics])
+
+    if written is not None and written.config.flush_on_ack:
+        return DeferredResponse(state.flusher.request({written}), build)
+    return build(None)

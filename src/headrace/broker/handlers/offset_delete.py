@@ -1,0 +1,51 @@
+"""OffsetDelete (key 47), version 0: deletes a group's committed offsets for some
+partitions. Refused per partition with GROUP_SUBSCRIBED_TO_TOPIC while a live member
+is assigned (subscribed to) that topic; GROUP_ID_NOT_FOUND for an unknown group.
+Subscriptions are read from the members' consumer-protocol metadata."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.consumer import OffsetDeleteRequest, OffsetDeleteResponse
+
+from headrace.broker.context import RequestContext
+from headrace.broker.groups.group import Group
+from headrace.broker.registry import handles
+from headrace.protocol.consumer_protocol import subscribed_topics
+from headrace.protocol.errors import ErrorCode
+
+_Topic = OffsetDeleteResponse.OffsetDeleteResponseTopic
+_Partition = _Topic.OffsetDeleteResponsePartition
+
+
+def _subscribed(group: Group) -> set[str]:
+    if group.protocol_type != "consumer" or not group.protocol_name:
+        return set()
+    topics: set[str] = set()
+    for m in group.members.values():
+        topics |= subscribed_topics(m.metadata_for(group.protocol_name))
+    return topics
+
+
+@handles(OffsetDeleteRequest, OffsetDeleteResponse, max_version=0)
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    group = ctx.state.groups.group(request.group_id)
+    if group is None:
+        return OffsetDeleteResponse(error_code=ErrorCode.GROUP_ID_NOT_FOUND, throttle_time_ms=0,
+                                    topics=[])
+    subscribed = _subscribed(group)
+    deletable = []
+    topics = []
+    for t in request.topics:
+        parts = []
+        for p in t.partitions:
+            if t.name in subscribed:
+                code = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+            else:
+                code = ErrorCode.NONE
+                deletable.append((t.name, p.partition_index))
+            parts.append(_Partition(partition_index=p.partition_index, error_code=code))
+        topics.append(_Topic(name=t.name, partitions=parts))
+    ctx.state.offsets.delete_offsets(request.group_id, deletable)
+    return OffsetDeleteResponse(error_code=0, throttle_time_ms=0, topics=topics)

@@ -1,0 +1,59 @@
+"""OffsetFetch (key 9), versions 0-8 (v8+: several groups per request).
+
+Answers the committed offsets of a group: the requested partitions (unknown ones get
+offset -1), or every committed partition when the topic list is null. An unknown group
+has no offsets (not an error, as in Kafka). ``require_stable`` is accepted; until
+transactions exist no commit is ever pending. v9's KIP-848 member checks are not served.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.consumer import OffsetFetchRequest, OffsetFetchResponse
+
+from headrace.broker.context import RequestContext
+from headrace.broker.groups.offsets import CommittedOffset
+from headrace.broker.registry import handles
+
+_OldTopic = OffsetFetchResponse.OffsetFetchResponseTopic
+_OldPartition = _OldTopic.OffsetFetchResponsePartition
+_Group = OffsetFetchResponse.OffsetFetchResponseGroup
+_Topic = _Group.OffsetFetchResponseTopics
+_Partition = _Topic.OffsetFetchResponsePartitions
+_NONE = CommittedOffset(-1, -1, "", -1)
+
+
+def _lookup(ctx: RequestContext, group_id: str,
+            topics: list[tuple[str, list[int]]] | None) -> list[tuple[str, list[tuple[int, CommittedOffset]]]]:
+    committed = ctx.state.offsets.committed(group_id)
+    if topics is None:
+        by_topic: dict[str, list[tuple[int, CommittedOffset]]] = {}
+        for (t, p), c in sorted(committed.items()):
+            by_topic.setdefault(t, []).append((p, c))
+        return list(by_topic.items())
+    return [(t, [(p, committed.get((t, p), _NONE)) for p in parts]) for t, parts in topics]
+
+
+@handles(OffsetFetchRequest, OffsetFetchResponse, max_version=8)
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    if ctx.api_version >= 8:
+        groups = []
+        for g in request.groups:
+            wanted = None if g.topics is None else [(t.name, list(t.partition_indexes))
+                                                    for t in g.topics]
+            groups.append(_Group(group_id=g.group_id, error_code=0, topics=[
+                _Topic(name=t, partitions=[
+                    _Partition(partition_index=p, committed_offset=c.offset,
+                               committed_leader_epoch=c.leader_epoch,
+                               metadata=c.metadata, error_code=0) for p, c in parts])
+                for t, parts in _lookup(ctx, g.group_id, wanted)]))
+        return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
+    wanted = None if request.topics is None else [(t.name, list(t.partition_indexes))
+                                                  for t in request.topics]
+    return OffsetFetchResponse(throttle_time_ms=0, error_code=0, topics=[
+        _OldTopic(name=t, partitions=[
+            _OldPartition(partition_index=p, committed_offset=c.offset,
+                          committed_leader_epoch=c.leader_epoch, metadata=c.metadata,
+                          error_code=0) for p, c in parts])
+        for t, parts in _lookup(ctx, request.group_id, wanted)])

@@ -264,3 +264,48 @@ def build_batch(
     crc = crc32c.crc32c(tail)
     batch_length = 4 + 1 + 4 + len(tail)
     return struct.pack(">qiibI", base_offset, batch_length, 0, 2, crc) + tail
+
+
+# --- control batches (transaction markers) ------------------------------------------------
+
+CONTROL_ABORT, CONTROL_COMMIT = 0, 1
+
+
+def build_control_batch(producer_id: int, producer_epoch: int, committed: bool,
+                        coordinator_epoch: int = 0, timestamp_ms: int = 0) -> bytes:
+    """A transaction marker: one control record, key ``(version 0, type)``, value
+    ``(version 0, coordinator epoch)``, in a transactional control batch."""
+    key = struct.pack(">hh", 0, CONTROL_COMMIT if committed else CONTROL_ABORT)
+    value = struct.pack(">hi", 0, coordinator_epoch)
+    return build_batch([(key, value)], timestamp_ms=timestamp_ms,
+                       attributes=TRANSACTIONAL_FLAG | CONTROL_FLAG, producer_id=producer_id,
+                       producer_epoch=producer_epoch, base_sequence=-1)
+
+
+def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return (value >> 1) ^ -(value & 1), pos
+        shift += 7
+
+
+def control_committed(batch: bytes) -> bool | None:
+    """For a control batch: True for a COMMIT marker, False for ABORT, None when the
+    first record is not a readable marker."""
+    try:
+        pos = HEADER_SIZE
+        _, pos = _read_varint(batch, pos)  # record length
+        pos += 1  # attributes
+        _, pos = _read_varint(batch, pos)  # timestamp delta
+        _, pos = _read_varint(batch, pos)  # offset delta
+        key_length, pos = _read_varint(batch, pos)
+        if key_length < 4:
+            return None
+        _, kind = struct.unpack_from(">hh", batch, pos)
+    except (IndexError, struct.error):
+        return None
+    return {CONTROL_COMMIT: True, CONTROL_ABORT: False}.get(kind)

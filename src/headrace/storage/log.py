@@ -18,7 +18,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from headrace.protocol.errors import ProtocolError
-from headrace.protocol.records import BatchHeader, record_timestamps, rewrite_base_offset
+from headrace.protocol.records import (
+    BatchHeader,
+    build_control_batch,
+    control_committed,
+    parse_header,
+    record_timestamps,
+    rewrite_base_offset,
+)
 from headrace.storage.config import LogConfig
 from headrace.storage.errors import OffsetOutOfRangeError
 from headrace.storage.producer_state import ProducerStateManager
@@ -113,6 +120,35 @@ class PartitionLog:
         return self.segments[-1].next_offset
 
     @property
+    def last_stable_offset(self) -> int:
+        """The first offset of the oldest open transaction, else the log end offset:
+        read_committed consumers see nothing at or beyond it."""
+        first = self.producer_state.first_unstable_offset()
+        return self.log_end_offset if first is None else first
+
+    def aborted_between(self, start: int, end: int) -> list[tuple[int, int]]:
+        """``(producer_id, first_offset)`` of aborted transactions overlapping
+        ``[start, end)``: what a read_committed Fetch reports so clients drop them."""
+        return [(a.producer_id, a.first_offset)
+                for a in self.producer_state.aborted_between(start, end)]
+
+    def append_control(self, producer_id: int, producer_epoch: int, committed: bool,
+                       coordinator_epoch: int = 0) -> int:
+        """Append a COMMIT or ABORT marker for the producer's transaction; returns its
+        offset. Closes the transaction in the producer state (the LSO may advance)."""
+        data = bytearray(build_control_batch(producer_id, producer_epoch, committed,
+                                             coordinator_epoch, int(time.time() * 1000)))
+        header = parse_header(data)
+        offset = self.log_end_offset
+        self._maybe_roll(len(data), 1)
+        rewrite_base_offset(data, 0, offset, 0)
+        stamped = replace(header, base_offset=offset)
+        self.producer_state.observe(stamped, committed)
+        self.segments[-1].append(data, [stamped])
+        self._dirty = True
+        return offset
+
+    @property
     def size_bytes(self) -> int:
         return sum(s.size for s in self.segments)
 
@@ -178,7 +214,7 @@ class PartitionLog:
         end = self.log_end_offset
         path = self.directory / f"{end:020d}.snapshot"
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"offset": end, "producers": self.producer_state.snapshot()}))
+        tmp.write_text(json.dumps({"offset": end, "state": self.producer_state.snapshot()}))
         os.replace(tmp, path)
         for _, old in self._snapshot_paths()[:-2]:
             old.unlink(missing_ok=True)
@@ -194,23 +230,27 @@ class PartitionLog:
                 continue
             try:
                 data = json.loads(path.read_text())
-                self.producer_state.restore(data["producers"])
+                self.producer_state.restore(data["state"])
                 start = max(int(data["offset"]), start)
                 break
-            except (OSError, ValueError, KeyError, TypeError):
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
                 self.producer_state = ProducerStateManager()
                 continue
         i = max(bisect.bisect_right(self._bases, start) - 1, 0)
         for seg in self.segments[i:]:
             found = seg.find_batch(start) if seg.base_offset <= start else None
             begin = found[0] if found else (0 if seg.base_offset > start else seg.size)
-            for _, header in seg.walk_headers(begin):
+            for pos, header in seg.walk_headers(begin):
                 if header.last_offset >= start:
-                    self.producer_state.observe(header)
+                    committed = None
+                    if header.is_control:
+                        committed = control_committed(seg.read(pos, header.size))
+                    self.producer_state.observe(header, committed)
 
     # --- read -------------------------------------------------------------------------
 
-    def read_region(self, offset: int, max_bytes: int, min_one: bool = True) -> RegionResult:
+    def read_region(self, offset: int, max_bytes: int, min_one: bool = True,
+                    max_offset: int | None = None) -> RegionResult:
         """Locate whole batches starting with the one holding ``offset``, up to ``max_bytes``,
         as a byte range of one segment file (nothing is read but headers).
 
@@ -218,7 +258,8 @@ class PartitionLog:
         (KIP-74), so a consumer always makes progress. Raises ``OffsetOutOfRangeError``
         outside ``[log_start_offset, log_end_offset]``. The region holds a duplicate of
         the segment's descriptor, valid even if the segment is deleted meanwhile: the
-        caller must ``close()`` it.
+        caller must ``close()`` it. ``max_offset`` (the LSO, for read_committed) excludes
+        the batches at or beyond it.
         """
         hw = self.log_end_offset
         if offset < self.log_start_offset or offset > hw:
@@ -229,10 +270,17 @@ class PartitionLog:
             found = seg.find_batch(offset)
             if found is not None:
                 pos, first = found
+                if max_offset is not None and first.base_offset >= max_offset:
+                    break
+                limit = pos + max_bytes
+                if max_offset is not None and max_offset < seg.next_offset:
+                    stop = seg.find_batch(max_offset)
+                    if stop is not None:
+                        limit = min(limit, stop[0])
                 if first.size > max_bytes:
                     end = pos + first.size if min_one else pos
                 else:
-                    end = seg.last_boundary(pos, pos + max_bytes)
+                    end = seg.last_boundary(pos, limit)
                 if end > pos:
                     return RegionResult(FileRegion(os.dup(seg.fileno()), pos, end - pos), hw,
                                         self.log_start_offset)
@@ -240,9 +288,10 @@ class PartitionLog:
             i += 1
         return RegionResult(None, hw, self.log_start_offset)
 
-    def read(self, offset: int, max_bytes: int, min_one: bool = True) -> ReadResult:
+    def read(self, offset: int, max_bytes: int, min_one: bool = True,
+             max_offset: int | None = None) -> ReadResult:
         """Like ``read_region``, but returns the bytes themselves."""
-        result = self.read_region(offset, max_bytes, min_one)
+        result = self.read_region(offset, max_bytes, min_one, max_offset)
         data = b""
         if result.region is not None:
             with result.region:
@@ -314,6 +363,7 @@ class PartitionLog:
             self._bases.pop(0)
             oldest.delete()
             deleted += 1
+            self.producer_state.forget_aborted_before(self.log_start_offset)
         return deleted
 
     def close(self) -> None:

@@ -30,6 +30,15 @@ class BatchMetadata:
     last_offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class AbortedTxn:
+    """An aborted transaction's range in this partition: ``last_offset`` is its marker."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+
+
 @dataclass
 class ProducerEntry:
     epoch: int
@@ -52,6 +61,9 @@ class ProducerStateManager:
 
     def __init__(self) -> None:
         self.producers: dict[int, ProducerEntry] = {}
+        # Open transactions: producer id -> first offset of its transaction here.
+        self.ongoing: dict[int, int] = {}
+        self.aborted: list[AbortedTxn] = []
 
     def check(self, header: BatchHeader) -> BatchMetadata | None:
         """Validate a batch before it is appended.
@@ -107,30 +119,61 @@ class ProducerStateManager:
             next_offset += h.last_offset_delta + 1
         return None
 
-    def observe(self, header: BatchHeader) -> None:
-        """Record an appended batch (with its assigned offsets)."""
-        if header.producer_id == NO_PRODUCER_ID or header.is_control:
+    def observe(self, header: BatchHeader, committed: bool | None = None) -> None:
+        """Record an appended batch (with its assigned offsets). A transactional batch
+        opens its producer's transaction (if none is open); a control batch closes it,
+        ``committed`` telling COMMIT from ABORT (an aborted range is remembered for
+        read_committed fetches). A control batch's epoch fences older epochs."""
+        pid = header.producer_id
+        if pid == NO_PRODUCER_ID:
             return
-        entry = self.producers.get(header.producer_id)
+        entry = self.producers.get(pid)
         if entry is None or header.producer_epoch > entry.epoch:
+            # A new epoch starts its sequences afresh.
             entry = ProducerEntry(header.producer_epoch)
-            self.producers[header.producer_id] = entry
+            self.producers[pid] = entry
+        if header.is_control:
+            first = self.ongoing.pop(pid, None)
+            if committed is False and first is not None:
+                self.aborted.append(AbortedTxn(pid, first, header.base_offset))
+            return
+        if header.is_transactional and pid not in self.ongoing:
+            self.ongoing[pid] = header.base_offset
         if header.base_sequence >= 0:
             entry.batches.append(BatchMetadata(header.base_sequence, last_sequence(header),
                                                header.base_offset, header.last_offset))
 
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest open transaction (the LSO), or None."""
+        return min(self.ongoing.values(), default=None)
+
+    def aborted_between(self, start: int, end: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping offsets ``[start, end)``, oldest first."""
+        return [a for a in self.aborted if a.last_offset >= start and a.first_offset < end]
+
+    def forget_aborted_before(self, offset: int) -> None:
+        """Drop aborted ranges wholly below ``offset`` (deleted by retention)."""
+        self.aborted = [a for a in self.aborted if a.last_offset >= offset]
+
     def snapshot(self) -> dict[str, object]:
         """The state as JSON-able data (see ``restore``)."""
-        return {str(pid): {"epoch": e.epoch, "batches": [
-            [b.first_seq, b.last_seq, b.first_offset, b.last_offset] for b in e.batches]}
-            for pid, e in self.producers.items()}
+        return {
+            "producers": {str(pid): {"epoch": e.epoch, "batches": [
+                [b.first_seq, b.last_seq, b.first_offset, b.last_offset] for b in e.batches]}
+                for pid, e in self.producers.items()},
+            "ongoing": {str(pid): first for pid, first in self.ongoing.items()},
+            "aborted": [[a.producer_id, a.first_offset, a.last_offset] for a in self.aborted],
+        }
 
     def restore(self, data: dict[str, Any]) -> None:
         """Replace the state with a ``snapshot``. Raises ``ValueError``/``KeyError``/
-        ``TypeError`` on malformed data (the caller then rebuilds from the log)."""
+        ``TypeError``/``AttributeError`` on malformed data (the caller then rebuilds from
+        the log)."""
         producers: dict[int, ProducerEntry] = {}
-        for pid, entry in data.items():
+        for pid, entry in data["producers"].items():
             batches = deque((BatchMetadata(int(a), int(b), int(c), int(d))
                              for a, b, c, d in entry["batches"]), maxlen=MAX_BATCHES_KEPT)
             producers[int(pid)] = ProducerEntry(int(entry["epoch"]), batches)
-        self.producers = producers
+        ongoing = {int(pid): int(first) for pid, first in data["ongoing"].items()}
+        aborted = [AbortedTxn(int(p), int(f), int(last)) for p, f, last in data["aborted"]]
+        self.producers, self.ongoing, self.aborted = producers, ongoing, aborted

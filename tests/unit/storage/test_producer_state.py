@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections import deque
 from dataclasses import replace
 
 import pytest
@@ -74,10 +76,49 @@ def test_batches_without_producer_id_or_sequence_are_not_tracked() -> None:
     assert state.check(header(-1)) is None
 
 
-def test_control_batches_are_not_observed() -> None:
+def test_control_batches_record_no_sequences() -> None:
     state = ProducerStateManager()
-    state.observe(header(-1, attributes=0x30))
-    assert state.producers == {}
+    state.observe(header(-1, attributes=0x30), committed=True)
+    assert state.producers[PID].batches == deque()
+
+
+def test_transactions_open_and_close_with_markers() -> None:
+    state = ProducerStateManager()
+    state.observe(header(0, 2, base_offset=10, attributes=0x10))
+    state.observe(header(2, 1, base_offset=12, attributes=0x10))
+    state.observe(header(0, 1, base_offset=13, pid=PID + 1, attributes=0x10))
+    assert state.first_unstable_offset() == 10  # the LSO: oldest open transaction
+    state.observe(header(-1, base_offset=14, attributes=0x30), committed=True)
+    assert state.first_unstable_offset() == 13
+    state.observe(header(-1, base_offset=15, pid=PID + 1, attributes=0x30), committed=False)
+    assert state.first_unstable_offset() is None
+    assert [(a.producer_id, a.first_offset, a.last_offset) for a in state.aborted] == [
+        (PID + 1, 13, 15)]
+    assert state.aborted_between(0, 13) == []
+    assert len(state.aborted_between(14, 20)) == 1
+    state.forget_aborted_before(16)
+    assert state.aborted == []
+
+
+def test_a_marker_with_a_new_epoch_fences_the_old_one() -> None:
+    state = ProducerStateManager()
+    state.observe(header(0, 1, epoch=0, base_offset=0, attributes=0x10))
+    state.observe(header(-1, epoch=1, base_offset=1, attributes=0x30), committed=False)
+    with pytest.raises(KafkaProtocolError) as e:
+        state.check(header(1, 1, epoch=0, attributes=0x10))
+    assert e.value.code == ErrorCode.INVALID_PRODUCER_EPOCH
+    assert state.check(header(0, 1, epoch=1, attributes=0x10)) is None  # new epoch: seq 0
+
+
+def test_snapshot_round_trip_keeps_transactions() -> None:
+    state = ProducerStateManager()
+    state.observe(header(0, 2, base_offset=10, attributes=0x10))
+    state.observe(header(0, 1, base_offset=12, pid=PID + 1, attributes=0x10))
+    state.observe(header(-1, base_offset=13, pid=PID + 1, attributes=0x30), committed=False)
+    again = ProducerStateManager()
+    again.restore(json.loads(json.dumps(state.snapshot())))
+    assert again.snapshot() == state.snapshot()
+    assert again.first_unstable_offset() == 10
 
 
 def test_in_order_batches_are_accepted() -> None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from headrace.broker.groups.coordinator import GroupConfig
+from headrace.broker.txn.coordinator import TxnConfig
 from headrace.storage.config import LogConfig
 
 
@@ -32,6 +33,7 @@ class BrokerConfig:
     message_max_bytes: int = 1024 * 1024 + 12 * 1024 * 8
     log: LogConfig = field(default_factory=LogConfig)
     groups: GroupConfig = field(default_factory=GroupConfig)
+    txns: TxnConfig = field(default_factory=TxnConfig)
     # Kafka's offsets.topic.num.partitions (50 there; one broker gains nothing from more).
     offsets_topic_partitions: int = 1
     # Largest committed-offset metadata string (Kafka's offset.metadata.max.bytes).

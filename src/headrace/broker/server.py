@@ -18,6 +18,7 @@ from headrace.broker.state import BrokerState
 log = logging.getLogger("headrace.broker")
 
 RETENTION_CHECK_SECONDS = 30.0
+TXN_TIMEOUT_CHECK_SECONDS = 1.0
 
 handlers.load_all()
 
@@ -56,6 +57,7 @@ async def serve(config: BrokerConfig, stop: asyncio.Event | None = None) -> None
             loop.add_signal_handler(sig, stop.set)
     retention = loop.create_task(_retention_loop(state))
     sweeper = loop.create_task(state.groups.run())
+    txn_sweeper = loop.create_task(_transaction_timeouts(state))
     print(f"headrace broker listening on {config.host}:{state.port}", flush=True)
     log.info("started in %.2fs with %d topics from %s", time.monotonic() - started,
              len(logs.topics), config.data_dir)
@@ -65,12 +67,22 @@ async def serve(config: BrokerConfig, stop: asyncio.Event | None = None) -> None
         log.info("shutting down")
         retention.cancel()
         sweeper.cancel()
+        txn_sweeper.cancel()
         server.close()
         for task in list(connections):
             task.cancel()
         await asyncio.gather(*connections, return_exceptions=True)
         logs.close()
         print("headrace broker stopped", flush=True)
+
+
+async def _transaction_timeouts(state: BrokerState) -> None:
+    while True:
+        await asyncio.sleep(TXN_TIMEOUT_CHECK_SECONDS)
+        try:
+            state.txns.sweep()
+        except Exception:  # supervisor: a failed sweep must not stop the next ones
+            log.exception("transaction timeout sweep failed")
 
 
 async def _retention_loop(state: BrokerState) -> None:

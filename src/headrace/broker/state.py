@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from headrace.broker.config import BrokerConfig
 from headrace.broker.groups.coordinator import GroupCoordinator
 from headrace.broker.groups.offsets import OffsetStore
+from headrace.broker.txn.coordinator import TransactionCoordinator
+from headrace.broker.txn.log import TransactionLog
 from headrace.protocol.errors import ErrorCode, KafkaProtocolError
 from headrace.storage.errors import UnknownTopicError
 from headrace.storage.log import PartitionLog
@@ -108,12 +110,14 @@ class BrokerState:
     flusher: GroupCommitFlusher
     groups: GroupCoordinator
     offsets: OffsetStore
+    txns: TransactionCoordinator
     port: int = 0
 
     @classmethod
     def open(cls, config: BrokerConfig) -> BrokerState:
-        """Recover the logs, replay committed offsets, and restore known groups (Empty,
-        at their last generation: members rejoin after a restart)."""
+        """Recover the logs, replay committed offsets, restore known groups (Empty, at
+        their last generation: members rejoin after a restart), and replay the
+        transaction log, completing transactions a crash left half-done."""
         logs = LogManager(config.data_dir, config.log)
         offsets = OffsetStore(logs, config.offsets_topic_partitions)
         offsets.load()
@@ -124,7 +128,12 @@ class BrokerState:
             if record is not None:
                 group.generation_id = record.generation_id
                 group.protocol_type = record.protocol_type or None
-        return cls(config, logs, AppendNotifier(), GroupCommitFlusher(), groups, offsets)
+        notifier = AppendNotifier()
+        txns = TransactionCoordinator(config.txns, logs, TransactionLog(logs), offsets,
+                                      logs.allocate_producer_id,
+                                      lambda topic, p: notifier.notify((topic, p)))
+        txns.recover()
+        return cls(config, logs, notifier, GroupCommitFlusher(), groups, offsets, txns)
 
     @property
     def advertised_host(self) -> str:

@@ -24,7 +24,7 @@ from kafka.record.default_records import DefaultRecordBatch
 
 from headrace.broker.groups.group import Group
 from headrace.protocol.errors import ProtocolError
-from headrace.protocol.records import build_batch, validate_batches
+from headrace.protocol.records import TRANSACTIONAL_FLAG, build_batch, validate_batches
 from headrace.storage.log import PartitionLog
 from headrace.storage.manager import LogManager
 
@@ -111,10 +111,15 @@ class OffsetStore:
         self._partitions = topic.partitions
         self.offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
         self.groups: dict[str, GroupRecord] = {}
+        # Transactional offset records awaiting their marker, by producer id.
+        self._pending: dict[int, list[tuple[bytes, bytes | None]]] = {}
+
+    def partition_index(self, group: str) -> int:
+        """The ``__consumer_offsets`` partition holding ``group`` (stable across restarts)."""
+        return zlib.crc32(group.encode()) % len(self._partitions)
 
     def partition_for(self, group: str) -> PartitionLog:
-        """The ``__consumer_offsets`` partition holding ``group`` (stable across restarts)."""
-        return self._partitions[zlib.crc32(group.encode()) % len(self._partitions)]
+        return self._partitions[self.partition_index(group)]
 
     # --- loading ----------------------------------------------------------------------
 
@@ -132,8 +137,13 @@ class OffsetStore:
                 while pos < len(data):
                     (length,) = struct.unpack_from(">i", data, pos + 8)
                     batch = DefaultRecordBatch(data[pos : pos + 12 + length])
+                    pid = batch.producer_id
                     for record in batch:
-                        if record.key is not None and self._apply(record.key, record.value):
+                        if batch.is_control_batch:
+                            self.complete_txn(pid, bool(getattr(record, "commit", False)))
+                        elif batch.is_transactional:
+                            self._stage(pid, record.key, record.value)
+                        elif record.key is not None and self._apply(record.key, record.value):
                             applied += 1
                         offset = record.offset + 1
                     offset = max(offset, batch.next_offset)
@@ -179,6 +189,31 @@ class OffsetStore:
                                     for (t, p), c in offsets.items()])
         self.offsets.setdefault(group, {}).update(offsets)
         return plog
+
+    def commit_transactional(self, group: str, producer_id: int, producer_epoch: int,
+                             offsets: dict[TopicPartition, CommittedOffset]) -> PartitionLog:
+        """Stage offsets inside a transaction (TxnOffsetCommit): written now as a
+        transactional batch, applied when the COMMIT marker lands, dropped on ABORT."""
+        plog = self.partition_for(group)
+        records = [(offset_key(group, t, p), offset_value(c)) for (t, p), c in offsets.items()]
+        data = bytearray(build_batch(records, timestamp_ms=int(time.time() * 1000),
+                                     attributes=TRANSACTIONAL_FLAG, producer_id=producer_id,
+                                     producer_epoch=producer_epoch))
+        plog.append(data, validate_batches(data))
+        for key, value in records:
+            self._stage(producer_id, key, value)
+        return plog
+
+    def _stage(self, producer_id: int, key: bytes | None, value: bytes | None) -> None:
+        if key is not None:
+            self._pending.setdefault(producer_id, []).append((key, value))
+
+    def complete_txn(self, producer_id: int, committed: bool) -> None:
+        """Apply (COMMIT) or drop (ABORT) the offsets the producer staged."""
+        staged = self._pending.pop(producer_id, [])
+        if committed:
+            for key, value in staged:
+                self._apply(key, value)
 
     def delete_offsets(self, group: str, partitions: list[TopicPartition]) -> None:
         present = [tp for tp in partitions if tp in self.offsets.get(group, {})]

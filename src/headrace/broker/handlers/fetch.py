@@ -5,8 +5,9 @@ segment files, which large reads send with ``sendfile(2)``; nothing is re-encode
 batches only (never a torn one), at least one batch per response even when larger than
 the limits (KIP-74), ``partition_max_bytes`` per partition and ``max_bytes`` (v3+) per
 response. Long poll: when fewer than ``min_bytes`` are available the request waits up to
-``max_wait_ms``, woken by appends to any requested partition. The last stable offset
-equals the high watermark until transactions exist. Fetch sessions (KIP-227) are declined
+``max_wait_ms``, woken by appends (and transaction markers) to any requested partition.
+read_committed (v4+) reads stop at the last stable offset, and the aborted transactions
+overlapping the read are listed so clients drop their records. Fetch sessions (KIP-227) are declined
 with session id 0, so clients send full fetches. Not implemented: follower fetching,
 rack-aware replica selection.
 """
@@ -31,7 +32,7 @@ from headrace.storage.log import FileRegion
 
 
 def _read_all(
-    ctx: RequestContext, request: Any, max_bytes: int
+    ctx: RequestContext, request: Any, max_bytes: int, read_committed: bool
 ) -> tuple[list[FetchTopic], int, bool, list[FileRegion]]:
     """One pass over every requested partition: (topics, bytes, any_error, regions)."""
     logs = ctx.state.logs
@@ -45,16 +46,19 @@ def _read_all(
             try:
                 plog = logs.get_log(topic.topic, p.partition)
                 limit = min(p.partition_max_bytes, max(max_bytes - total, 0))
-                result = plog.read_region(p.fetch_offset, limit, min_one=total == 0)
+                lso = plog.last_stable_offset
+                result = plog.read_region(p.fetch_offset, limit, min_one=total == 0,
+                                          max_offset=lso if read_committed else None)
                 region = result.region
                 length = 0 if region is None else region.length
                 if region is not None:
                     regions.append(region)
                 total += length
+                aborted = plog.aborted_between(p.fetch_offset, lso) if read_committed else None
                 parts.append(FetchPartition(
-                    p.partition, 0, result.high_watermark, result.high_watermark,
-                    result.log_start_offset, None, -1,
-                    records=region if region is not None else b"", records_length=length))
+                    p.partition, 0, result.high_watermark, lso, result.log_start_offset,
+                    aborted, -1, records=region if region is not None else b"",
+                    records_length=length))
             except (HeadraceError, OSError) as e:
                 had_error = True
                 hw, start = -1, -1
@@ -74,11 +78,12 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     max_bytes = request.max_bytes if ctx.api_version >= 3 else 0x7FFFFFFF
     if max_bytes <= 0:
         max_bytes = 0x7FFFFFFF
+    read_committed = ctx.api_version >= 4 and request.isolation_level == 1
     deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000.0
     tps: list[TopicPartition] = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
     notifier = ctx.state.notifier
     while True:
-        topics, total, had_error, regions = _read_all(ctx, request, max_bytes)
+        topics, total, had_error, regions = _read_all(ctx, request, max_bytes, read_committed)
         remaining = deadline - time.monotonic()
         if total >= max(request.min_bytes, 1) or had_error or remaining <= 0 or not tps:
             break

@@ -1,8 +1,6 @@
-"""FindCoordinator (key 10), versions 0-4.
-
-Groups (key type 0): this broker coordinates every group. Transactions (key type 1):
-no transaction coordinator exists yet, so COORDINATOR_NOT_AVAILABLE (retriable).
-v4+ batches keys (KIP-699). Share groups (v6) are not served.
+"""FindCoordinator (key 10), versions 0-4: this broker coordinates every group (key
+type 0) and every transactional id (key type 1). v4+ batches keys (KIP-699). Other key
+types (share groups) get INVALID_REQUEST.
 """
 
 from __future__ import annotations
@@ -16,16 +14,13 @@ from headrace.broker.registry import handles
 from headrace.protocol.errors import ErrorCode
 
 GROUP, TRANSACTION = 0, 1
-_NO_TXN = "no transaction coordinator on this broker yet"
 
 
 def _answer(ctx: RequestContext, key_type: int) -> tuple[int, str | None, int, str, int]:
     """(error code, message, node id, host, port) for one key."""
     state = ctx.state
-    if key_type == GROUP:
+    if key_type in (GROUP, TRANSACTION):
         return 0, None, state.config.node_id, state.advertised_host, state.port
-    if key_type == TRANSACTION:
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE, _NO_TXN, -1, "", -1
     return ErrorCode.INVALID_REQUEST, f"unknown key type {key_type}", -1, "", -1
 
 

@@ -1,10 +1,10 @@
-"""InitProducerId (key 22), versions 0-5, for idempotent producers.
+"""InitProducerId (key 22), versions 0-5.
 
-Without a transactional id: a fresh producer id (unique across restarts) at epoch 0; with
-the producer's current id and epoch (v3+, KIP-360) the same id at the next epoch, so a
-producer can reset its sequences without losing its identity. Transactional ids need the
-transaction coordinator, which is not implemented yet: they get
-COORDINATOR_NOT_AVAILABLE.
+Idempotent producers (no transactional id): a fresh producer id (unique across restarts)
+at epoch 0, or, given the producer's current id and epoch (v3+, KIP-360), the same id at
+the next epoch. Transactional producers: the transaction coordinator maps the
+transactional id to its producer id and bumps the epoch, fencing older incarnations and
+aborting a transaction they left open (see ``headrace.broker.txn.coordinator``).
 """
 
 from __future__ import annotations
@@ -14,21 +14,28 @@ from typing import Any
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
 
 from headrace.broker.context import RequestContext
+from headrace.broker.handlers._txn import fenced_code
 from headrace.broker.registry import handles
-from headrace.protocol.errors import ErrorCode
+from headrace.protocol.errors import KafkaProtocolError
 
 MAX_EPOCH = 32767
 
 
 @handles(InitProducerIdRequest, InitProducerIdResponse, max_version=5)
 async def handle(ctx: RequestContext, request: Any) -> Any:
+    v = ctx.api_version
+    pid = request.producer_id if v >= 3 else -1
+    epoch = request.producer_epoch if v >= 3 else -1
     if request.transactional_id is not None:
-        return InitProducerIdResponse(throttle_time_ms=0,
-                                      error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                      producer_id=-1, producer_epoch=-1)
-    pid = getattr(request, "producer_id", -1)
-    epoch = getattr(request, "producer_epoch", -1)
-    if ctx.api_version >= 3 and pid >= 0 and 0 <= epoch < MAX_EPOCH - 1:
+        try:
+            pid, epoch = ctx.state.txns.init_producer_id(
+                request.transactional_id, request.transaction_timeout_ms, pid, epoch)
+        except KafkaProtocolError as e:
+            return InitProducerIdResponse(throttle_time_ms=0, error_code=fenced_code(e.code, v, 4),
+                                          producer_id=-1, producer_epoch=-1)
+        return InitProducerIdResponse(throttle_time_ms=0, error_code=0, producer_id=pid,
+                                      producer_epoch=epoch)
+    if pid >= 0 and 0 <= epoch < MAX_EPOCH - 1:
         return InitProducerIdResponse(throttle_time_ms=0, error_code=0, producer_id=pid,
                                       producer_epoch=epoch + 1)
     return InitProducerIdResponse(throttle_time_ms=0, error_code=0,

@@ -3,8 +3,8 @@
 Timestamps: -1 latest (log end offset), -2 earliest (log start offset), -3 the record with
 the largest timestamp (KIP-734), -4 earliest local (= earliest: no tiered storage), and a
 real timestamp: the first record whose timestamp reaches it (the time index finds the
-batch, which is then decoded), else offset -1. Isolation level is accepted; until
-transactions exist the last stable offset equals the log end offset.
+batch, which is then decoded), else offset -1. With read_committed (v2+), "latest" is
+the last stable offset.
 Not implemented: v0's multi-offset answers beyond one offset.
 """
 
@@ -26,10 +26,10 @@ _PartResp = _TopicResp.ListOffsetsPartitionResponse
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
 
 
-def lookup(plog: PartitionLog, timestamp: int) -> tuple[int, int]:
+def lookup(plog: PartitionLog, timestamp: int, read_committed: bool) -> tuple[int, int]:
     """``(offset, timestamp)`` answered for a ListOffsets timestamp query."""
     if timestamp == LATEST:
-        return plog.log_end_offset, -1
+        return (plog.last_stable_offset if read_committed else plog.log_end_offset), -1
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return plog.log_start_offset, -1
     if timestamp == MAX_TIMESTAMP:
@@ -39,13 +39,14 @@ def lookup(plog: PartitionLog, timestamp: int) -> tuple[int, int]:
 
 @handles(ListOffsetsRequest, ListOffsetsResponse, max_version=8)
 async def handle(ctx: RequestContext, request: Any) -> Any:
+    read_committed = ctx.api_version >= 2 and request.isolation_level == 1
     topics = []
     for t in request.topics:
         parts = []
         for p in t.partitions:
             try:
                 plog = ctx.state.logs.get_log(t.name, p.partition_index)
-                offset, ts = lookup(plog, p.timestamp)
+                offset, ts = lookup(plog, p.timestamp, read_committed)
                 parts.append(_PartResp(partition_index=p.partition_index, error_code=0,
                                        old_style_offsets=[offset] if offset >= 0 else [],
                                        timestamp=ts, offset=offset, leader_epoch=0))

@@ -9,7 +9,10 @@ goes on appending pipelined requests, which then share fsyncs). Errors: UNSUPPOR
 (magic 0/1), CORRUPT_MESSAGE (CRC), MESSAGE_TOO_LARGE, UNKNOWN_TOPIC_OR_PARTITION,
 INVALID_REQUIRED_ACKS; for idempotent producers a retried duplicate gets its original
 offset, a sequence gap OUT_OF_ORDER_SEQUENCE_NUMBER and a stale epoch
-INVALID_PRODUCER_EPOCH. Not implemented yet: transactional batches' transaction checks.
+INVALID_PRODUCER_EPOCH; control batches from clients INVALID_RECORD. Transactional
+batches open the producer's transaction in the partition (it holds back the last stable
+offset until its marker). Not implemented: verifying that the partition was added to
+the transaction (KIP-890).
 """
 
 from __future__ import annotations
@@ -52,6 +55,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                 headers = validate_batches(data)
                 if any(h.size > state.config.message_max_bytes for h in headers):
                     raise KafkaProtocolError(ErrorCode.MESSAGE_TOO_LARGE)
+                if any(h.is_control for h in headers):
+                    raise KafkaProtocolError(ErrorCode.INVALID_RECORD,
+                                             "control batches are written by the broker only")
                 result = partition_log.append(data, headers)
                 state.notifier.notify((topic_data.name, pd.index))
                 if partition_log.config.flush_on_ack:

@@ -1,0 +1,31 @@
+"""ListTransactions (key 66), versions 0-1: transactional ids with their producer id and
+state, filtered by state, producer id and (v1) minimum open duration. Unknown state
+names are echoed back in ``unknown_state_filters``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.admin import ListTransactionsRequest, ListTransactionsResponse
+
+from headrace.broker.context import RequestContext
+from headrace.broker.registry import handles
+from headrace.broker.txn.log import TxnState
+
+_State = ListTransactionsResponse.TransactionState
+_KNOWN = {s.label for s in TxnState}
+
+
+@handles(ListTransactionsRequest, ListTransactionsResponse, max_version=1)
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    states = set(request.state_filters)
+    duration = request.duration_filter if ctx.api_version >= 1 else -1
+    found = ctx.state.txns.list(states & _KNOWN if states else set(),
+                                set(request.producer_id_filters), duration)
+    if states and not states & _KNOWN:
+        found = []
+    return ListTransactionsResponse(
+        throttle_time_ms=0, error_code=0, unknown_state_filters=sorted(states - _KNOWN),
+        transaction_states=[_State(transactional_id=t.transactional_id,
+                                   producer_id=t.producer_id, transaction_state=t.state.label)
+                            for t in found])

@@ -1,0 +1,60 @@
+"""TxnOffsetCommit (key 28), versions 0-3: offsets committed inside a transaction
+(``send_offsets_to_transaction``). Staged in ``__consumer_offsets`` as a transactional
+batch and applied only when the transaction commits. Requires an Ongoing transaction
+that added the group (AddOffsetsToTxn), else INVALID_TXN_STATE; v3+ group fields are
+fenced like OffsetCommit (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from kafka.protocol.producer import TxnOffsetCommitRequest, TxnOffsetCommitResponse
+
+from headrace.broker.context import RequestContext
+from headrace.broker.groups.offsets import CommittedOffset, TopicPartition
+from headrace.broker.handlers._txn import fenced_code
+from headrace.broker.registry import handles
+from headrace.protocol.errors import ErrorCode, KafkaProtocolError
+
+_Topic = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
+_Partition = _Topic.TxnOffsetCommitResponsePartition
+
+
+@handles(TxnOffsetCommitRequest, TxnOffsetCommitResponse, max_version=3)
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    state = ctx.state
+    v = ctx.api_version
+    try:
+        state.txns.check_offset_commit(request.transactional_id, request.producer_id,
+                                       request.producer_epoch, request.group_id)
+        if v >= 3 and request.generation_id >= 0:
+            state.groups.check_commit(request.group_id, request.generation_id,
+                                      request.member_id, request.group_instance_id)
+        code = 0
+    except KafkaProtocolError as e:
+        code = fenced_code(e.code, v, 3)
+    now = int(time.time() * 1000)
+    offsets: dict[TopicPartition, CommittedOffset] = {}
+    codes: dict[TopicPartition, int] = {}
+    for t in request.topics:
+        for p in t.partitions:
+            tp = (t.name, p.partition_index)
+            metadata = p.committed_metadata or ""
+            if code:
+                codes[tp] = code
+            elif len(metadata.encode()) > state.config.offset_metadata_max_bytes:
+                codes[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+            else:
+                epoch = p.committed_leader_epoch if v >= 2 else -1
+                offsets[tp] = CommittedOffset(p.committed_offset, epoch, metadata, now)
+                codes[tp] = 0
+    if offsets:
+        state.offsets.commit_transactional(request.group_id, request.producer_id,
+                                           request.producer_epoch, offsets)
+        state.groups.get_or_create(request.group_id)
+    return TxnOffsetCommitResponse(throttle_time_ms=0, topics=[
+        _Topic(name=t.name, partitions=[
+            _Partition(partition_index=p.partition_index,
+                       error_code=codes[(t.name, p.partition_index)]) for p in t.partitions])
+        for t in request.topics])

@@ -1,0 +1,1 @@
+"""The transaction coordinator and its log."""

@@ -92,6 +92,7 @@ async def _retention_loop(state: BrokerState) -> None:
         for partition_log in state.logs.all_logs():
             try:
                 partition_log.enforce_retention(now_ms)
+                partition_log.expire_producers(now_ms)
             except OSError:
                 log.exception("retention failed for %s", partition_log.directory)
 

@@ -19,6 +19,8 @@ class LogConfig:
     # fsync before acknowledging a produce (group commit across concurrent producers).
     flush_on_ack: bool = False
     cleanup_policy: str = "delete"
+    # Kafka's producer.id.expiration.ms (a broker setting, not a topic config).
+    producer_id_expiration_ms: int = 24 * 3600 * 1000
 
     def with_overrides(self, configs: dict[str, str]) -> LogConfig:
         """Return a copy with Kafka-named topic configs (``segment.bytes`` ...) applied.

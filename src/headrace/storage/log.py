@@ -346,6 +346,10 @@ class PartitionLog:
             _fsync_dir(self.directory)
         self.segments[-1].flush(data_only=not full)
 
+    def expire_producers(self, now_ms: int) -> int:
+        """Forget idle producers (see ``ProducerStateManager.expire``)."""
+        return self.producer_state.expire(now_ms, self.config.producer_id_expiration_ms)
+
     def enforce_retention(self, now_ms: int) -> int:
         """Delete whole non-active segments past ``retention.ms`` / ``retention.bytes``.
         Returns the number of segments deleted."""

@@ -3,7 +3,8 @@ sequence ranges (with offsets) of its last five batches, as Kafka keeps them.
 
 ``check`` decides, before an append, whether a batch is new, a retried duplicate (answer
 with the original offset, append nothing), or invalid (fenced epoch, sequence gap). The
-state lives in memory; the partition log snapshots it at each segment roll and at
+state lives in memory, producers idle past ``producer.id.expiration.ms`` are forgotten
+(``expire``); the partition log snapshots it at each segment roll and at
 shutdown, and on start-up loads the newest snapshot and replays the batches after it. A producer unknown to the partition (new, or its state expired) may
 start at any sequence.
 """
@@ -43,6 +44,8 @@ class AbortedTxn:
 class ProducerEntry:
     epoch: int
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=MAX_BATCHES_KEPT))
+    # Max timestamp of the producer's latest batch: what expiry is measured against.
+    last_timestamp: int = -1
 
     @property
     def last_seq(self) -> int:
@@ -132,6 +135,7 @@ class ProducerStateManager:
             # A new epoch starts its sequences afresh.
             entry = ProducerEntry(header.producer_epoch)
             self.producers[pid] = entry
+        entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)
         if header.is_control:
             first = self.ongoing.pop(pid, None)
             if committed is False and first is not None:
@@ -142,6 +146,16 @@ class ProducerStateManager:
         if header.base_sequence >= 0:
             entry.batches.append(BatchMetadata(header.base_sequence, last_sequence(header),
                                                header.base_offset, header.last_offset))
+
+    def expire(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget producers idle for ``expiration_ms`` (Kafka's producer.id.expiration.ms)
+        that have no open transaction; returns how many. A forgotten producer may start
+        again at any sequence, as a new one."""
+        stale = [pid for pid, e in self.producers.items()
+                 if now_ms - e.last_timestamp >= expiration_ms and pid not in self.ongoing]
+        for pid in stale:
+            del self.producers[pid]
+        return len(stale)
 
     def first_unstable_offset(self) -> int | None:
         """The first offset of the oldest open transaction (the LSO), or None."""
@@ -158,9 +172,10 @@ class ProducerStateManager:
     def snapshot(self) -> dict[str, object]:
         """The state as JSON-able data (see ``restore``)."""
         return {
-            "producers": {str(pid): {"epoch": e.epoch, "batches": [
-                [b.first_seq, b.last_seq, b.first_offset, b.last_offset] for b in e.batches]}
-                for pid, e in self.producers.items()},
+            "producers": {str(pid): {"epoch": e.epoch, "last_timestamp": e.last_timestamp,
+                                     "batches": [[b.first_seq, b.last_seq, b.first_offset,
+                                                  b.last_offset] for b in e.batches]}
+                          for pid, e in self.producers.items()},
             "ongoing": {str(pid): first for pid, first in self.ongoing.items()},
             "aborted": [[a.producer_id, a.first_offset, a.last_offset] for a in self.aborted],
         }
@@ -173,7 +188,8 @@ class ProducerStateManager:
         for pid, entry in data["producers"].items():
             batches = deque((BatchMetadata(int(a), int(b), int(c), int(d))
                              for a, b, c, d in entry["batches"]), maxlen=MAX_BATCHES_KEPT)
-            producers[int(pid)] = ProducerEntry(int(entry["epoch"]), batches)
+            producers[int(pid)] = ProducerEntry(int(entry["epoch"]), batches,
+                                                int(entry.get("last_timestamp", -1)))
         ongoing = {int(pid): int(first) for pid, first in data["ongoing"].items()}
         aborted = [AbortedTxn(int(p), int(f), int(last)) for p, f, last in data["aborted"]]
         self.producers, self.ongoing, self.aborted = producers, ongoing, aborted

@@ -225,3 +225,19 @@ def test_retries_of_recent_batches_are_answered_with_their_offsets(counts, data)
             assert dup is not None
             assert (dup.first_offset, dup.last_offset) == (first_old, last_old)
             assert p.next_offset == before
+
+
+def test_idle_producers_expire_unless_in_a_transaction() -> None:
+    state = ProducerStateManager()
+    idle = parse_header(build_batch([(None, b"v")], producer_id=1, producer_epoch=0,
+                                    base_sequence=0, timestamp_ms=1_000))
+    busy = parse_header(build_batch([(None, b"v")], producer_id=2, producer_epoch=0,
+                                    base_sequence=0, timestamp_ms=1_000, attributes=0x10))
+    recent = parse_header(build_batch([(None, b"v")], producer_id=3, producer_epoch=0,
+                                      base_sequence=0, timestamp_ms=90_000))
+    for h in (idle, busy, recent):
+        state.observe(h)
+    assert state.expire(now_ms=100_000, expiration_ms=50_000) == 1
+    assert set(state.producers) == {2, 3}  # the open transaction keeps producer 2
+    # An expired producer is unknown again: any sequence is accepted.
+    assert state.check(replace(idle, base_sequence=7)) is None

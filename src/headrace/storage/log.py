@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -298,6 +299,21 @@ class PartitionLog:
                 data = result.region.read()
         return ReadResult(data, result.high_watermark, result.log_start_offset)
 
+    def batches(self, chunk_bytes: int = 16 * 1024 * 1024) -> Iterator[bytes]:
+        """Every stored batch's bytes, oldest first (for replaying internal topics).
+        Reads ``chunk_bytes`` at a time; a batch larger than that comes whole."""
+        offset = self.log_start_offset
+        while offset < self.log_end_offset:
+            data = self.read(offset, chunk_bytes).data
+            if not data:
+                return
+            pos = 0
+            while pos < len(data):
+                header = parse_header(data, pos)
+                yield data[pos : pos + header.size]
+                offset = header.last_offset + 1
+                pos += header.size
+
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """``(offset, timestamp)`` of the first record whose timestamp is >= ``timestamp``,
         or None when none reaches it. The time index finds the batch; the batch is then
@@ -343,7 +359,7 @@ class PartitionLog:
         for seg in rolled:
             seg.flush()
         if rolled:
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
         self.segments[-1].flush(data_only=not full)
 
     def expire_producers(self, now_ms: int) -> int:
@@ -383,7 +399,8 @@ class PartitionLog:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """fsync a directory, making the creation, deletion or rename of its entries durable."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

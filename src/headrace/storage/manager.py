@@ -26,7 +26,7 @@ from pathlib import Path
 
 from headrace.storage.config import LogConfig
 from headrace.storage.errors import InvalidTopicError, TopicExistsError, UnknownTopicError
-from headrace.storage.log import CLEAN_SHUTDOWN_FILE, PartitionLog
+from headrace.storage.log import CLEAN_SHUTDOWN_FILE, PartitionLog, fsync_dir
 
 PRODUCER_ID_BLOCK = 1000
 # Each partition is a directory and three open files; refuse counts that would only
@@ -65,7 +65,7 @@ class LogManager:
         self.recovered_uncleanly = not marker.exists() and any(data_dir.glob("__topics/*.json"))
         if marker.exists():
             marker.unlink()
-            _fsync_dir(data_dir)  # a power loss from here on must count as unclean
+            fsync_dir(data_dir)  # a power loss from here on must count as unclean
         self.cluster_id = self._load_cluster_id()
         self.truncated_bytes = 0
         for meta in sorted((data_dir / "__topics").glob("*.json")):
@@ -209,15 +209,7 @@ def _write_atomic(path: Path, text: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_dir(path.parent)
 
 
 __all__ = ["LogManager", "Topic", "validate_topic_name"]

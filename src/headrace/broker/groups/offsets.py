@@ -128,26 +128,16 @@ class OffsetStore:
         that cannot be decoded are skipped (and counted out)."""
         applied = 0
         for plog in self._partitions:
-            offset = plog.log_start_offset
-            while offset < plog.log_end_offset:
-                data = plog.read(offset, 16 * 1024 * 1024).data
-                if not data:
-                    break
-                pos = 0
-                while pos < len(data):
-                    (length,) = struct.unpack_from(">i", data, pos + 8)
-                    batch = DefaultRecordBatch(data[pos : pos + 12 + length])
-                    pid = batch.producer_id
-                    for record in batch:
-                        if batch.is_control_batch:
-                            self.complete_txn(pid, bool(getattr(record, "commit", False)))
-                        elif batch.is_transactional:
-                            self._stage(pid, record.key, record.value)
-                        elif record.key is not None and self._apply(record.key, record.value):
-                            applied += 1
-                        offset = record.offset + 1
-                    offset = max(offset, batch.next_offset)
-                    pos += 12 + length
+            for raw in plog.batches():
+                batch = DefaultRecordBatch(raw)
+                pid = batch.producer_id
+                for record in batch:
+                    if batch.is_control_batch:
+                        self.complete_txn(pid, bool(getattr(record, "commit", False)))
+                    elif batch.is_transactional:
+                        self._stage(pid, record.key, record.value)
+                    elif record.key is not None and self._apply(record.key, record.value):
+                        applied += 1
         return applied
 
     def _apply(self, key: bytes, value: bytes | None) -> bool:

@@ -11,13 +11,12 @@ the broker runs with ``--fsync``). Not implemented: retention_time_ms (v2-4) exp
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from kafka.protocol.consumer import OffsetCommitRequest, OffsetCommitResponse
 
 from headrace.broker.context import RequestContext
-from headrace.broker.groups.offsets import CommittedOffset, TopicPartition
+from headrace.broker.handlers._offsets import collect_commits
 from headrace.broker.registry import DeferredResponse, handles
 from headrace.errors import HeadraceError
 from headrace.protocol.errors import ErrorCode, KafkaProtocolError
@@ -37,21 +36,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         group_code = 0
     except KafkaProtocolError as e:
         group_code = e.code
-    now = int(time.time() * 1000)
-    accepted: dict[TopicPartition, CommittedOffset] = {}
-    codes: dict[TopicPartition, int] = {}
-    for t in request.topics:
-        for p in t.partitions:
-            tp = (t.name, p.partition_index)
-            metadata = p.committed_metadata or ""
-            if group_code:
-                codes[tp] = group_code
-            elif len(metadata.encode()) > state.config.offset_metadata_max_bytes:
-                codes[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
-            else:
-                epoch = p.committed_leader_epoch if ctx.api_version >= 6 else -1
-                accepted[tp] = CommittedOffset(p.committed_offset, epoch, metadata, now)
-                codes[tp] = 0
+    accepted, codes = collect_commits(request.topics, group_code,
+                                      state.config.offset_metadata_max_bytes, v >= 6)
     written = None
     if accepted:
         try:

@@ -6,16 +6,15 @@ fenced like OffsetCommit (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from kafka.protocol.producer import TxnOffsetCommitRequest, TxnOffsetCommitResponse
 
 from headrace.broker.context import RequestContext
-from headrace.broker.groups.offsets import CommittedOffset, TopicPartition
+from headrace.broker.handlers._offsets import collect_commits
 from headrace.broker.handlers._txn import fenced_code
 from headrace.broker.registry import handles
-from headrace.protocol.errors import ErrorCode, KafkaProtocolError
+from headrace.protocol.errors import KafkaProtocolError
 
 _Topic = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
 _Partition = _Topic.TxnOffsetCommitResponsePartition
@@ -34,21 +33,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         code = 0
     except KafkaProtocolError as e:
         code = fenced_code(e.code, v, 3)
-    now = int(time.time() * 1000)
-    offsets: dict[TopicPartition, CommittedOffset] = {}
-    codes: dict[TopicPartition, int] = {}
-    for t in request.topics:
-        for p in t.partitions:
-            tp = (t.name, p.partition_index)
-            metadata = p.committed_metadata or ""
-            if code:
-                codes[tp] = code
-            elif len(metadata.encode()) > state.config.offset_metadata_max_bytes:
-                codes[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
-            else:
-                epoch = p.committed_leader_epoch if v >= 2 else -1
-                offsets[tp] = CommittedOffset(p.committed_offset, epoch, metadata, now)
-                codes[tp] = 0
+    offsets, codes = collect_commits(request.topics, code,
+                                     state.config.offset_metadata_max_bytes, v >= 2)
     if offsets:
         state.offsets.commit_transactional(request.group_id, request.producer_id,
                                            request.producer_epoch, offsets)

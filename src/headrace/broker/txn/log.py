@@ -133,24 +133,14 @@ class TransactionLog:
     def replay(self) -> dict[str, TxnMetadata]:
         """The latest metadata of every transactional id; undecodable records skipped."""
         found: dict[str, TxnMetadata] = {}
-        offset = self.log.log_start_offset
-        while offset < self.log.log_end_offset:
-            data = self.log.read(offset, 16 * 1024 * 1024).data
-            if not data:
-                break
-            pos = 0
-            while pos < len(data):
-                (length,) = struct.unpack_from(">i", data, pos + 8)
-                batch = DefaultRecordBatch(data[pos : pos + 12 + length])
-                for record in batch:
-                    try:
-                        tid, meta = decode(record.key or b"", record.value)
-                    except (struct.error, ValueError, UnicodeDecodeError):
-                        continue
-                    if meta is None:
-                        found.pop(tid, None)
-                    else:
-                        found[tid] = meta
-                offset = batch.next_offset
-                pos += 12 + length
+        for raw in self.log.batches():
+            for record in DefaultRecordBatch(raw):
+                try:
+                    tid, meta = decode(record.key or b"", record.value)
+                except (struct.error, ValueError, UnicodeDecodeError):
+                    continue
+                if meta is None:
+                    found.pop(tid, None)
+                else:
+                    found[tid] = meta
         return found

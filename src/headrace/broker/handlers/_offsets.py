@@ -1,0 +1,33 @@
+"""Shared by OffsetCommit and TxnOffsetCommit: sorting a request's partitions into the
+offsets to store and the error code each partition answers."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from headrace.broker.groups.offsets import CommittedOffset, TopicPartition
+from headrace.protocol.errors import ErrorCode
+
+
+def collect_commits(
+    topics: Any, group_code: int, metadata_max_bytes: int, with_leader_epoch: bool
+) -> tuple[dict[TopicPartition, CommittedOffset], dict[TopicPartition, int]]:
+    """``(offsets to store, code per partition)``: every partition answers ``group_code``
+    when it is an error; metadata over the limit gets OFFSET_METADATA_TOO_LARGE."""
+    now = int(time.time() * 1000)
+    accepted: dict[TopicPartition, CommittedOffset] = {}
+    codes: dict[TopicPartition, int] = {}
+    for t in topics:
+        for p in t.partitions:
+            tp = (t.name, p.partition_index)
+            metadata = p.committed_metadata or ""
+            if group_code:
+                codes[tp] = group_code
+            elif len(metadata.encode()) > metadata_max_bytes:
+                codes[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+            else:
+                epoch = p.committed_leader_epoch if with_leader_epoch else -1
+                accepted[tp] = CommittedOffset(p.committed_offset, epoch, metadata, now)
+                codes[tp] = 0
+    return accepted, codes

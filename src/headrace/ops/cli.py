@@ -18,7 +18,7 @@ import typer
 from rich.markup import escape
 
 from headrace.errors import HeadraceError
-from headrace.ops import topics_cli
+from headrace.ops import groups_cli, topics_cli
 from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS, LIBRDKAFKA_LOGGER
 from headrace.ops.console import BootstrapServers, plural, print_error, stderr, stdout
 from headrace.ops.consume import ConsumeOptions, consume
@@ -34,6 +34,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 app.add_typer(topics_cli.app)
+app.add_typer(groups_cli.app)
 
 
 class Acks(StrEnum):
@@ -205,6 +206,8 @@ def consume_command(
     """Print the records of a topic on stdout, one value per line.
 
     Without --group the consumer assigns partitions itself: no group, no committed offsets.
+    With --group it subscribes, starts where the group left off, and commits the offsets of
+    records once they are printed (at least once: after a crash a record may print twice).
     A null key or value prints as "null". Runs until Ctrl-C unless --max-messages or
     --timeout stops it first; the count goes to stderr.
     """

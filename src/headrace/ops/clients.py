@@ -11,6 +11,7 @@ Contracts kept by every command:
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import time
 from typing import Any, Protocol
@@ -77,6 +78,19 @@ def kafka_error(exc: KafkaException) -> KafkaError:
     if exc.args and isinstance(exc.args[0], KafkaError):
         return exc.args[0]
     return KafkaError(KafkaError._FAIL, str(exc))
+
+
+def wait_future(future: concurrent.futures.Future[Any], timeout: float, what: str) -> Any:
+    """The result of an admin request's ``future``, made with ``request_timeout=timeout``.
+
+    Blocks for at most ``timeout`` + 5 s: the margin lets the request's own, more precise
+    error arrive first. ``KafkaException`` from the request propagates (callers map its
+    code); ``KafkaRequestError`` if nothing at all came back in time.
+    """
+    try:
+        return future.result(timeout=timeout + 5)
+    except concurrent.futures.TimeoutError as e:
+        raise KafkaRequestError(f"{what}: no answer within {timeout:g} s") from e
 
 
 def error_text(error: KafkaError) -> str:

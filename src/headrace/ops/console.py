@@ -6,7 +6,9 @@ terminal). Record data (``headrace consume``) bypasses rich and is written as ra
 
 from __future__ import annotations
 
-from typing import Annotated
+import os
+import sys
+from typing import Annotated, TextIO
 
 import typer
 from rich.console import Console
@@ -14,8 +16,20 @@ from rich.markup import escape
 
 from headrace.ops.clients import BOOTSTRAP_ENV_VAR
 
-stdout = Console(highlight=False)
-stderr = Console(stderr=True, highlight=False)
+# Piped output is as wide as a table needs (up to this), not wrapped at rich's default of
+# 80 columns: long ids (group member ids) stay on one line for grep and awk.
+_PIPE_WIDTH = 250
+
+
+def _width(stream: TextIO) -> int | None:
+    """None (rich's choice: the terminal's width, or $COLUMNS) unless piped."""
+    if stream.isatty() or os.environ.get("COLUMNS"):
+        return None
+    return _PIPE_WIDTH
+
+
+stdout = Console(highlight=False, width=_width(sys.stdout))
+stderr = Console(stderr=True, highlight=False, width=_width(sys.stderr))
 
 BootstrapServers = Annotated[
     str,

@@ -2,8 +2,13 @@
 
 Without a group the consumer assigns partitions itself (all of the topic's, or one) and never
 joins a group nor commits; librdkafka insists on a ``group.id`` even then, so a placeholder is
-set that no request ever uses. With ``group`` it subscribes, and offsets are committed
-automatically, as with Kafka's console consumer.
+set that no request ever uses.
+
+With ``group`` it subscribes and commits at least once: a record's offset is stored only after
+its line was written and flushed to the output, librdkafka's auto-commit sends the stored
+offsets every few seconds, and a last synchronous commit runs when the command ends (also on
+Ctrl-C). A crash may thus print a record again on the next run, never skip one; a record
+returned but not yet printed (e.g. a broken pipe) is not committed.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from confluent_kafka import (
     OFFSET_END,
     Consumer,
     KafkaError,
+    KafkaException,
     Message,
     TopicPartition,
 )
@@ -28,6 +34,7 @@ from headrace.ops.clients import (
     client_config,
     error_text,
     fetch_metadata,
+    kafka_error,
     topic_metadata,
 )
 from headrace.ops.errors import InvalidInputError, KafkaRequestError, UnknownTopicError
@@ -38,6 +45,7 @@ _PLACEHOLDER_GROUP = "headrace-cli-no-group"
 # With --group and --timeout: how long to wait for the group to assign partitions.
 GROUP_JOIN_TIMEOUT_S = 60.0
 _BATCH = 500
+_FETCH_WAIT_MS = 100
 _NULL = b"null"
 _UNKNOWN_TOPIC_ERRORS = frozenset(
     {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
@@ -84,7 +92,8 @@ def consume(options: ConsumeOptions, out: BinaryIO) -> int:
     """Write records to ``out`` as lines (``value``, or ``key SEP value``); return how many.
 
     Blocks until a stop condition of ``options`` is met; flushes ``out`` after each batch so
-    a pipe sees records promptly. A ``None`` key or value prints as ``null``. Raises
+    a pipe sees records promptly. In a group, offsets of printed records are committed
+    (module docstring). A ``None`` key or value prints as ``null``. Raises
     ``UnknownTopicError`` for a missing topic or partition, ``KafkaRequestError`` when the
     start offset is out of range or the consumer fails fatally. ``BrokenPipeError`` from
     ``out`` propagates (the consumer is closed first).
@@ -97,14 +106,22 @@ def consume(options: ConsumeOptions, out: BinaryIO) -> int:
             **{
                 "group.id": options.group or _PLACEHOLDER_GROUP,
                 "enable.auto.commit": options.group is not None,
-                "enable.auto.offset.store": options.group is not None,
+                # Offsets are stored by hand, once their records are printed.
+                "enable.auto.offset.store": False,
                 "auto.offset.reset": _offset_reset(options),
+                # librdkafka keeps one fetch in flight per broker; when it goes out before
+                # every partition's start offset is known, records of the others wait for
+                # that long poll to end. A short poll keeps --timeout honest.
+                "fetch.wait.max.ms": _FETCH_WAIT_MS,
             },
         )
     )
     try:
         _start(consumer, errors, options)
-        return _drain(consumer, options, out)
+        count = _drain(consumer, options, out)
+        if options.group is not None:
+            _commit(consumer, options.group)
+        return count
     finally:
         consumer.close()
 
@@ -140,15 +157,21 @@ def _start(consumer: Consumer, errors: ClientErrors, options: ConsumeOptions) ->
 def _drain(consumer: Consumer, options: ConsumeOptions, out: BinaryIO) -> int:
     count = 0
     started = last_record = time.monotonic()
+    was_assigned = False
     try:
         while options.max_messages is None or count < options.max_messages:
             wait = 1.0  # short slices keep Ctrl-C responsive
             if options.idle_timeout is not None:
                 now = time.monotonic()
-                if options.group is not None and not consumer.assignment():
+                assigned = options.group is None or bool(consumer.assignment())
+                if not (assigned and was_assigned):
                     # A group rebalance can take longer than the idle timeout: the idle
-                    # clock only runs once the group assigned partitions to us.
+                    # clock only runs from the first check that sees partitions assigned
+                    # (they may have come in the middle of the last consume() call).
                     last_record = now
+                was_assigned = assigned
+                if not assigned:
+                    wait = 0.1  # notice the assignment promptly
                     if now - started > GROUP_JOIN_TIMEOUT_S:
                         raise KafkaRequestError(
                             f"group {options.group!r} assigned no partition of "
@@ -160,20 +183,48 @@ def _drain(consumer: Consumer, options: ConsumeOptions, out: BinaryIO) -> int:
                 wait = min(wait, left)
             want = _BATCH if options.max_messages is None else options.max_messages - count
             lines = []
+            positions: dict[tuple[str, int], int] = {}  # next offset to read, per partition
             for message in consumer.consume(num_messages=min(_BATCH, want), timeout=wait):
                 error = message.error()
                 if error is not None:
                     _check(error, options)
                     continue
                 lines.append(_format(message, options))
+                positions[(message.topic() or "", message.partition() or 0)] = (
+                    message.offset() or 0
+                ) + 1
             if lines:
                 out.write(b"".join(lines))
                 out.flush()
                 count += len(lines)
                 last_record = time.monotonic()
+                if options.group is not None:
+                    _store(consumer, positions)
     except KeyboardInterrupt:
         pass  # Ctrl-C is the normal way to end an unbounded consume
     return count
+
+
+def _store(consumer: Consumer, positions: dict[tuple[str, int], int]) -> None:
+    """Mark printed records as processed; auto-commit (or ``_commit``) sends them."""
+    try:
+        consumer.store_offsets(offsets=[TopicPartition(t, p, o) for (t, p), o in positions.items()])
+    except KafkaException as e:
+        # The partition was revoked meanwhile: its new owner reads these records again.
+        logger.warning("offsets not stored: %s", error_text(kafka_error(e)))
+
+
+def _commit(consumer: Consumer, group: str) -> None:
+    """Commit the stored offsets now, synchronously; nothing stored is not an error."""
+    try:
+        consumer.commit(asynchronous=False)
+    except KafkaException as e:
+        error = kafka_error(e)
+        if error.code() != KafkaError._NO_OFFSET:
+            raise KafkaRequestError(
+                f"records were printed but group {group!r} could not commit their offsets: "
+                f"{error_text(error)}"
+            ) from e
 
 
 def _format(message: Message, options: ConsumeOptions) -> bytes:

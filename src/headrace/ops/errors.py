@@ -25,6 +25,14 @@ class UnknownTopicError(OpsError):
     """A topic (or a partition of it) named by the user does not exist."""
 
 
+class UnknownGroupError(OpsError):
+    """A consumer group named by the user does not exist (no members, no committed offsets)."""
+
+
+class GroupActiveError(OpsError):
+    """An operation that needs an inactive group (Empty or Dead) met one with live members."""
+
+
 class KafkaRequestError(OpsError):
     """A broker rejected a request, or it did not complete in time."""
 

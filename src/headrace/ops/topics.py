@@ -30,6 +30,7 @@ from headrace.ops.clients import (
     fetch_metadata,
     kafka_error,
     topic_metadata,
+    wait_future,
 )
 from headrace.ops.errors import KafkaRequestError, TopicExistsError, UnknownTopicError
 
@@ -202,12 +203,7 @@ class TopicAdmin:
         )
 
     def _wait(self, future: concurrent.futures.Future[Any], what: str) -> Any:
-        # The admin request itself times out after self._timeout; the margin lets its own,
-        # more precise error arrive first.
-        try:
-            return future.result(timeout=self._timeout + 5)
-        except concurrent.futures.TimeoutError as e:
-            raise KafkaRequestError(f"{what}: no answer within {self._timeout:g} s") from e
+        return wait_future(future, self._timeout, what)
 
 
 def _source_name(source: ConfigSource | int) -> str:

@@ -8,13 +8,16 @@ from typing import Any
 
 from headrace.broker.groups.offsets import CommittedOffset, TopicPartition
 from headrace.protocol.errors import ErrorCode
+from headrace.storage.manager import LogManager
 
 
 def collect_commits(
-    topics: Any, group_code: int, metadata_max_bytes: int, with_leader_epoch: bool
+    topics: Any, group_code: int, metadata_max_bytes: int, with_leader_epoch: bool,
+    logs: LogManager,
 ) -> tuple[dict[TopicPartition, CommittedOffset], dict[TopicPartition, int]]:
     """``(offsets to store, code per partition)``: every partition answers ``group_code``
-    when it is an error; metadata over the limit gets OFFSET_METADATA_TOO_LARGE."""
+    when it is an error; a partition that does not exist gets UNKNOWN_TOPIC_OR_PARTITION
+    and metadata over the limit OFFSET_METADATA_TOO_LARGE, as in Kafka."""
     now = int(time.time() * 1000)
     accepted: dict[TopicPartition, CommittedOffset] = {}
     codes: dict[TopicPartition, int] = {}
@@ -24,6 +27,8 @@ def collect_commits(
             metadata = p.committed_metadata or ""
             if group_code:
                 codes[tp] = group_code
+            elif not _exists(logs, tp):
+                codes[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif len(metadata.encode()) > metadata_max_bytes:
                 codes[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
             else:
@@ -31,3 +36,8 @@ def collect_commits(
                 accepted[tp] = CommittedOffset(p.committed_offset, epoch, metadata, now)
                 codes[tp] = 0
     return accepted, codes
+
+
+def _exists(logs: LogManager, tp: TopicPartition) -> bool:
+    topic = logs.topics.get(tp[0])
+    return topic is not None and 0 <= tp[1] < len(topic.partitions)

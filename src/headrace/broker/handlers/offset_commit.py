@@ -37,7 +37,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     except KafkaProtocolError as e:
         group_code = e.code
     accepted, codes = collect_commits(request.topics, group_code,
-                                      state.config.offset_metadata_max_bytes, v >= 6)
+                                      state.config.offset_metadata_max_bytes, v >= 6,
+                                      state.logs)
     written = None
     if accepted:
         try:

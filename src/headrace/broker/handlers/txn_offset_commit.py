@@ -34,7 +34,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     except KafkaProtocolError as e:
         code = fenced_code(e.code, v, 3)
     offsets, codes = collect_commits(request.topics, code,
-                                     state.config.offset_metadata_max_bytes, v >= 2)
+                                     state.config.offset_metadata_max_bytes, v >= 2,
+                                      state.logs)
     if offsets:
         state.offsets.commit_transactional(request.group_id, request.producer_id,
                                            request.producer_epoch, offsets)

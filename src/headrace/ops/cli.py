@@ -1,14 +1,13 @@
 """The ``headrace`` command line (entry point ``main``).
 
 Exit status: 0 on success, 1 when a command fails (the message goes to stderr, without a
-traceback), 2 for a usage error. Client commands reach the broker only through
-confluent-kafka; ``broker`` and ``demo`` start a broker and import it lazily, so the client
-commands never pay for loading it.
+traceback), 2 for a usage error. Client commands reach the broker only through Kafka clients
+(confluent-kafka; kafka-python for the transaction APIs librdkafka lacks); ``broker`` and
+``demo`` start a broker and import it lazily, so the client commands never pay for loading it.
 """
 
 from __future__ import annotations
 
-import logging
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -18,8 +17,8 @@ import typer
 from rich.markup import escape
 
 from headrace.errors import HeadraceError
-from headrace.ops import groups_cli, topics_cli
-from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS, LIBRDKAFKA_LOGGER
+from headrace.ops import groups_cli, topics_cli, transactions_cli
+from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS, show_client_logs
 from headrace.ops.console import BootstrapServers, plural, print_error, stderr, stdout
 from headrace.ops.consume import ConsumeOptions, consume
 from headrace.ops.errors import InvalidInputError, OpsError, VerificationError
@@ -35,6 +34,7 @@ app = typer.Typer(
 )
 app.add_typer(topics_cli.app)
 app.add_typer(groups_cli.app)
+app.add_typer(transactions_cli.app)
 
 
 class Acks(StrEnum):
@@ -52,10 +52,7 @@ def _root(
     ] = False,
 ) -> None:
     if verbose:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(levelname)s librdkafka: %(message)s"))
-        LIBRDKAFKA_LOGGER.addHandler(handler)
-        LIBRDKAFKA_LOGGER.setLevel(logging.DEBUG)
+        show_client_logs()
 
 
 @app.command()

@@ -1,11 +1,13 @@
-"""Shared plumbing for the confluent-kafka clients the CLI creates.
+"""Shared plumbing for the Kafka clients the CLI creates.
 
 Contracts kept by every command:
 
-- librdkafka's own log lines go to the ``headrace.ops.librdkafka`` logger, which is silent
-  unless the CLI runs with ``--verbose``; the user sees our error messages instead;
-- the first thing a command does is fetch metadata through ``fetch_metadata``, which turns
-  "nobody listens there" into ``BrokerUnreachableError`` at once (connection refused) or after
+- the clients' own log lines (librdkafka's, through the ``headrace.ops.librdkafka`` logger,
+  and kafka-python's ``kafka`` logger) are silent unless the CLI runs with ``--verbose``
+  (``show_client_logs``); the user sees our error messages instead;
+- each confluent-kafka client is made through a ``ClientSession``, and the first thing a
+  command does is fetch metadata through it (``fetch_metadata``), which turns "nobody listens
+  there" into ``BrokerUnreachableError`` at once (connection refused) or after
   ``REQUEST_TIMEOUT_S`` (no answer), instead of librdkafka's endless reconnect loop.
 """
 
@@ -14,7 +16,8 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import time
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Generic, Protocol, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import ClusterMetadata, TopicMetadata
@@ -28,9 +31,11 @@ REQUEST_TIMEOUT_S = 10.0
 CLIENT_ID = "headrace-cli"
 
 LIBRDKAFKA_LOGGER = logging.getLogger("headrace.ops.librdkafka")
-# A handler anywhere on the path keeps Python's last-resort handler from printing
-# librdkafka's reconnect chatter when logging is not configured (i.e. without --verbose).
-LIBRDKAFKA_LOGGER.addHandler(logging.NullHandler())
+KAFKA_PYTHON_LOGGER = logging.getLogger("kafka")
+# A handler anywhere on the path keeps Python's last-resort handler from printing the
+# clients' reconnect chatter when logging is not configured (i.e. without --verbose).
+for _logger in (LIBRDKAFKA_LOGGER, KAFKA_PYTHON_LOGGER):
+    _logger.addHandler(logging.NullHandler())
 
 # Metadata answers that mean "not yet" (e.g. a topic being auto-created), not "no".
 _TRANSIENT_TOPIC_ERRORS = frozenset({KafkaError.LEADER_NOT_AVAILABLE, KafkaError._WAIT_COORD})
@@ -61,6 +66,51 @@ class _MetadataClient(Protocol):
     def poll(self, timeout: float = -1) -> Any: ...
 
 
+C = TypeVar("C", bound=_MetadataClient)
+
+
+class ClientSession(Generic[C]):
+    """One confluent-kafka client (``client``) with the CLI's contracts around it.
+
+    ``factory`` (``Consumer``, ``Producer``, ``AdminClient``) receives ``client_config`` with
+    ``overrides`` (librdkafka's dotted names). Creating a session opens no connection;
+    ``metadata`` is meant to be the first request. Closing or flushing the client stays the
+    caller's business.
+    """
+
+    def __init__(
+        self,
+        factory: Callable[[dict[str, Any]], C],
+        bootstrap_servers: str,
+        overrides: Mapping[str, Any] | None = None,
+        timeout: float = REQUEST_TIMEOUT_S,
+    ) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self.timeout = timeout
+        self.errors = ClientErrors()
+        self.client = factory(client_config(bootstrap_servers, self.errors, **(overrides or {})))
+
+    def metadata(self, topic: str | None = None) -> ClusterMetadata:
+        """``fetch_metadata`` through this session's client, with its timeout."""
+        return fetch_metadata(
+            self.client, self.errors, self.bootstrap_servers, topic=topic, timeout=self.timeout
+        )
+
+    def partitions(self, topic: str, wanted: Iterable[int] | None = None) -> list[int]:
+        """The sorted ids of ``topic``'s partitions, or of ``wanted`` (deduplicated) once each
+        is known to exist; ``UnknownTopicError`` for a missing topic or partition."""
+        known = sorted(topic_metadata(self.metadata(topic), topic).partitions)
+        if wanted is None:
+            return known
+        chosen = sorted(set(wanted))
+        missing = [p for p in chosen if p not in known]
+        if missing:
+            raise UnknownTopicError(
+                f"topic {topic!r} has no partition {missing[0]} (it has {len(known)})"
+            )
+        return chosen
+
+
 def client_config(bootstrap_servers: str, errors: ClientErrors, **overrides: Any) -> dict[str, Any]:
     """Configuration common to every client; ``overrides`` use librdkafka's dotted names."""
     config: dict[str, Any] = {
@@ -71,6 +121,15 @@ def client_config(bootstrap_servers: str, errors: ClientErrors, **overrides: Any
     }
     config.update(overrides)
     return config
+
+
+def show_client_logs() -> None:
+    """Send the clients' own log lines, down to debug level, to stderr (``--verbose``)."""
+    for logger, name in ((LIBRDKAFKA_LOGGER, "librdkafka"), (KAFKA_PYTHON_LOGGER, "%(name)s")):
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter(f"%(levelname)s {name}: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.DEBUG)
 
 
 def kafka_error(exc: KafkaException) -> KafkaError:

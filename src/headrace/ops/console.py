@@ -1,18 +1,21 @@
-"""Consoles and option types shared by the CLI's command modules.
+"""Consoles, option types and table helpers shared by the CLI's command modules.
 
 Human-facing output goes through ``stdout``/``stderr`` (rich; plain text when not a
 terminal). Record data (``headrace consume``) bypasses rich and is written as raw bytes.
+Helpers here take plain text and escape rich markup themselves.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterable, Sequence
 from typing import Annotated, TextIO
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 
 from headrace.ops.clients import BOOTSTRAP_ENV_VAR
 
@@ -31,6 +34,9 @@ def _width(stream: TextIO) -> int | None:
 stdout = Console(highlight=False, width=_width(sys.stdout))
 stderr = Console(stderr=True, highlight=False, width=_width(sys.stderr))
 
+NamesOnly = Annotated[
+    bool, typer.Option("--names-only", "-q", help="Print bare names (ids), one per line.")
+]
 BootstrapServers = Annotated[
     str,
     typer.Option(
@@ -51,3 +57,36 @@ def print_error(message: str) -> None:
 def plural(n: int, noun: str) -> str:
     """``1 record``, ``2 records``."""
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def print_listing(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], *, names_only: bool, empty: str
+) -> None:
+    """Print the result of a ``list`` command: ``rows`` as a table under ``headers``; with
+    ``names_only`` each row's first cell alone, one per line and unstyled (for scripts);
+    ``empty`` (e.g. "No topics.") instead of a table without rows."""
+    if names_only:
+        for row in rows:
+            typer.echo(row[0])
+        return
+    if not rows:
+        stdout.print(empty)
+        return
+    table = Table(*headers)
+    for row in rows:
+        table.add_row(*map(escape, row))
+    stdout.print(table)
+
+
+def dash(value: int | None) -> str:
+    """``str(value)``, or "-" for a value that is not known."""
+    return "-" if value is None else str(value)
+
+
+def topic_partitions(partitions: Iterable[tuple[str, int]]) -> str:
+    """``orders:0,2 payments:1`` (topics by name, partitions by id), or "-" if none."""
+    by_topic: dict[str, set[int]] = {}
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, set()).add(partition)
+    text = " ".join(f"{t}:{','.join(map(str, sorted(ps)))}" for t, ps in sorted(by_topic.items()))
+    return text or "-"

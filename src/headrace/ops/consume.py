@@ -28,15 +28,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from headrace.ops.clients import (
-    REQUEST_TIMEOUT_S,
-    ClientErrors,
-    client_config,
-    error_text,
-    fetch_metadata,
-    kafka_error,
-    topic_metadata,
-)
+from headrace.ops.clients import REQUEST_TIMEOUT_S, ClientSession, error_text, kafka_error
 from headrace.ops.errors import InvalidInputError, KafkaRequestError, UnknownTopicError
 
 logger = logging.getLogger(__name__)
@@ -98,26 +90,25 @@ def consume(options: ConsumeOptions, out: BinaryIO) -> int:
     start offset is out of range or the consumer fails fatally. ``BrokenPipeError`` from
     ``out`` propagates (the consumer is closed first).
     """
-    errors = ClientErrors()
-    consumer = Consumer(
-        client_config(
-            options.bootstrap_servers,
-            errors,
-            **{
-                "group.id": options.group or _PLACEHOLDER_GROUP,
-                "enable.auto.commit": options.group is not None,
-                # Offsets are stored by hand, once their records are printed.
-                "enable.auto.offset.store": False,
-                "auto.offset.reset": _offset_reset(options),
-                # librdkafka keeps one fetch in flight per broker; when it goes out before
-                # every partition's start offset is known, records of the others wait for
-                # that long poll to end. A short poll keeps --timeout honest.
-                "fetch.wait.max.ms": _FETCH_WAIT_MS,
-            },
-        )
+    session = ClientSession(
+        Consumer,
+        options.bootstrap_servers,
+        {
+            "group.id": options.group or _PLACEHOLDER_GROUP,
+            "enable.auto.commit": options.group is not None,
+            # Offsets are stored by hand, once their records are printed.
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": _offset_reset(options),
+            # librdkafka keeps one fetch in flight per broker; when it goes out before
+            # every partition's start offset is known, records of the others wait for
+            # that long poll to end. A short poll keeps --timeout honest.
+            "fetch.wait.max.ms": _FETCH_WAIT_MS,
+        },
+        options.timeout,
     )
+    consumer = session.client
     try:
-        _start(consumer, errors, options)
+        _start(session, options)
         count = _drain(consumer, options, out)
         if options.group is not None:
             _commit(consumer, options.group)
@@ -132,21 +123,13 @@ def _offset_reset(options: ConsumeOptions) -> str:
     return "earliest" if options.from_beginning else "latest"
 
 
-def _start(consumer: Consumer, errors: ClientErrors, options: ConsumeOptions) -> None:
-    metadata = fetch_metadata(
-        consumer, errors, options.bootstrap_servers, topic=options.topic, timeout=options.timeout
-    )
-    partitions = sorted(topic_metadata(metadata, options.topic).partitions)
+def _start(session: ClientSession[Consumer], options: ConsumeOptions) -> None:
+    wanted = None if options.partition is None else [options.partition]
+    partitions = session.partitions(options.topic, wanted)
+    consumer = session.client
     if options.group is not None:
         consumer.subscribe([options.topic])
         return
-    if options.partition is not None:
-        if options.partition not in partitions:
-            raise UnknownTopicError(
-                f"topic {options.topic!r} has no partition {options.partition} "
-                f"(it has {len(partitions)})"
-            )
-        partitions = [options.partition]
     if options.offset is not None:
         start = options.offset
     else:

@@ -19,7 +19,7 @@ from types import MappingProxyType
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from headrace.ops.clients import ClientErrors, client_config, error_text, fetch_metadata
+from headrace.ops.clients import ClientSession, error_text
 from headrace.ops.demo_report import Check, DemoReport
 from headrace.ops.errors import TopicExistsError
 from headrace.ops.partitioner import java_partition
@@ -138,10 +138,10 @@ def _payments(settings: DemoSettings) -> list[tuple[bytes, bytes]]:
 
 def _end_offsets(servers: str, topic: str, partitions: int) -> dict[int, int]:
     """Each partition's log end offset: where this run's records will start."""
-    errors = ClientErrors()
-    consumer = Consumer(client_config(servers, errors, **{"group.id": "headrace-demo-no-group"}))
+    session = ClientSession(Consumer, servers, {"group.id": "headrace-demo-no-group"})
+    consumer = session.client
     try:
-        fetch_metadata(consumer, errors, servers, topic=topic)
+        session.metadata(topic)
         return {
             p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
             for p in range(partitions)
@@ -151,20 +151,17 @@ def _end_offsets(servers: str, topic: str, partitions: int) -> dict[int, int]:
 
 
 def _produce(servers: str, topic: str, payments: list[tuple[bytes, bytes]]) -> DeliveryTally:
-    errors = ClientErrors()
-    producer = Producer(
-        client_config(
-            servers,
-            errors,
-            **{
-                "acks": "all",
-                "compression.type": "lz4",
-                "partitioner": "murmur2_random",
-                "linger.ms": 5,
-                "message.timeout.ms": 30_000,
-            },
-        )
-    )
+    producer = ClientSession(
+        Producer,
+        servers,
+        {
+            "acks": "all",
+            "compression.type": "lz4",
+            "partitioner": "murmur2_random",
+            "linger.ms": 5,
+            "message.timeout.ms": 30_000,
+        },
+    ).client
     deliveries = DeliveryTally()
     for key, value in payments:
         while True:
@@ -185,14 +182,9 @@ def _consume(
 
     Returns (partition, key, value) triples in read order, and the first error reported.
     """
-    errors = ClientErrors()
-    consumer = Consumer(
-        client_config(
-            servers,
-            errors,
-            **{"group.id": "headrace-demo-no-group", "enable.auto.commit": False},
-        )
-    )
+    consumer = ClientSession(
+        Consumer, servers, {"group.id": "headrace-demo-no-group", "enable.auto.commit": False}
+    ).client
     out: list[tuple[int, bytes, bytes]] = []
     first_error: KafkaError | None = None
     try:

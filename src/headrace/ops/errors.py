@@ -33,6 +33,10 @@ class GroupActiveError(OpsError):
     """An operation that needs an inactive group (Empty or Dead) met one with live members."""
 
 
+class UnknownTransactionError(OpsError):
+    """A transactional id named by the user is unknown to its transaction coordinator."""
+
+
 class KafkaRequestError(OpsError):
     """A broker rejected a request, or it did not complete in time."""
 

@@ -1,9 +1,7 @@
 """Consumer-group administration through confluent-kafka's ``AdminClient``.
 
-Every method blocks until the broker answered or ``timeout`` seconds passed, and raises an
-``OpsError`` subclass whose message is fit to show the user. Nothing is cached: each call
-reflects the cluster at the time it is made, so a describe is a snapshot (a member may join
-or commit between its requests).
+Blocking, fail-fast and error contracts: ``headrace.ops.admin``. Nothing is cached, so a
+describe is a snapshot (a member may join or commit between its requests).
 
 Offsets follow Kafka's meaning throughout: a committed offset is the next record the group
 will read, the log end offset is the offset the next produced record will get, and the lag
@@ -16,33 +14,21 @@ assign partitions themselves); Kafka Connect and other protocol types are left o
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from confluent_kafka import (
     ConsumerGroupState,
     ConsumerGroupTopicPartitions,
     KafkaError,
-    KafkaException,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, ClusterMetadata, OffsetSpec
+from confluent_kafka.admin import ClusterMetadata
 
-from headrace.ops.clients import (
-    REQUEST_TIMEOUT_S,
-    ClientErrors,
-    client_config,
-    error_text,
-    fetch_metadata,
-    kafka_error,
-    wait_future,
-)
-from headrace.ops.errors import GroupActiveError, KafkaRequestError, UnknownGroupError
-
-TopicPart = tuple[str, int]
-# Where ListOffsets looks: the log start, the log end, or a timestamp (ms since the epoch).
-OffsetQuery = Literal["earliest", "latest"] | int
+from headrace.ops.admin import AdminSession, KnownErrors, TopicPart, translate
+from headrace.ops.clients import error_text
+from headrace.ops.errors import GroupActiveError, KafkaRequestError, OpsError, UnknownGroupError
 
 # Kafka's names for the classic group states, as its own tools print them.
 _STATE_NAMES = {
@@ -119,27 +105,8 @@ class GroupDescription:
         return sum(p.lag for p in self.partitions if p.lag is not None)
 
 
-class GroupAdmin:
-    """Group operations against the cluster reachable at ``bootstrap_servers``.
-
-    Creating one opens no connection; the first call does, and fails fast with
-    ``BrokerUnreachableError`` if no broker answers.
-    """
-
-    def __init__(self, bootstrap_servers: str, timeout: float = REQUEST_TIMEOUT_S) -> None:
-        self._bootstrap_servers = bootstrap_servers
-        self._timeout = timeout
-        self._errors = ClientErrors()
-        config = client_config(
-            bootstrap_servers, self._errors, **{"allow.auto.create.topics": False}
-        )
-        self._admin = AdminClient(config)
-
-    def metadata(self, topic: str | None = None) -> ClusterMetadata:
-        """Cluster metadata (of one ``topic``: ``UnknownTopicError`` if it does not exist)."""
-        return fetch_metadata(
-            self._admin, self._errors, self._bootstrap_servers, topic=topic, timeout=self._timeout
-        )
+class GroupAdmin(AdminSession):
+    """Group operations against the cluster reachable at ``bootstrap_servers``."""
 
     def list_groups(self) -> list[GroupSummary]:
         """Every consumer and simple group the cluster knows, Empty ones included, by id."""
@@ -215,30 +182,12 @@ class GroupAdmin:
         )
         futures = self._admin.list_consumer_group_offsets([request], request_timeout=self._timeout)
         what = f"reading the committed offsets of group {group_id!r}"
-        result = self._call(futures[group_id], what, group_id)
+        result = self._call(futures[group_id], what, _group_errors(group_id))
         offsets: dict[TopicPart, int] = {}
         for tp in result.topic_partitions or []:
-            if tp.error is not None:
-                raise KafkaRequestError(
-                    f"{what}: {tp.topic}-{tp.partition}: {error_text(tp.error)}"
-                )
+            _check_partition(tp, what)
             if tp.offset >= 0:
                 offsets[(tp.topic, tp.partition)] = tp.offset
-        return offsets
-
-    def list_offsets(
-        self, partitions: Iterable[TopicPart], at: OffsetQuery
-    ) -> dict[TopicPart, int]:
-        """Kafka's ListOffsets for each partition: the log start offset (``"earliest"``), the
-        log end offset (``"latest"``), or the first offset whose record timestamp is at or
-        after ``at`` ms (-1 when no record's is). The partitions must exist."""
-        spec = OffsetSpec.for_timestamp(at) if isinstance(at, int) else _named_spec(at)
-        request = {TopicPartition(t, p): spec for t, p in partitions}
-        futures = self._admin.list_offsets(request, request_timeout=self._timeout)
-        offsets: dict[TopicPart, int] = {}
-        for tp, future in futures.items():
-            where = f"listing offsets of {tp.topic}-{tp.partition}"
-            offsets[(tp.topic, tp.partition)] = self._call(future, where).offset
         return offsets
 
     def alter_offsets(self, group_id: str, offsets: dict[TopicPart, int]) -> None:
@@ -252,13 +201,10 @@ class GroupAdmin:
         )
         futures = self._admin.alter_consumer_group_offsets([request], request_timeout=self._timeout)
         what = f"committing offsets for group {group_id!r}"
-        result = self._call(futures[group_id], what, group_id, active=_active(group_id))
+        known = _group_errors(group_id, active=_active(group_id))
+        result = self._call(futures[group_id], what, known)
         for tp in result.topic_partitions or []:
-            if tp.error is None:
-                continue
-            if tp.error.code() in _ACTIVE_GROUP_ERRORS:
-                raise GroupActiveError(_active(group_id))
-            raise KafkaRequestError(f"{what}: {tp.topic}-{tp.partition}: {error_text(tp.error)}")
+            _check_partition(tp, what, known)
 
     def delete(self, group_id: str) -> None:
         """Delete an inactive group and its committed offsets.
@@ -268,32 +214,33 @@ class GroupAdmin:
         self.metadata()
         futures = self._admin.delete_consumer_groups([group_id], request_timeout=self._timeout)
         active = f"group {group_id!r} has live members; stop its consumers before deleting it"
-        self._call(futures[group_id], f"deleting group {group_id!r}", group_id, active=active)
+        known = _group_errors(group_id, active=active)
+        self._call(futures[group_id], f"deleting group {group_id!r}", known)
 
     def _describe(self, group_id: str) -> Any:
         futures = self._admin.describe_consumer_groups([group_id], request_timeout=self._timeout)
-        return self._call(futures[group_id], f"describing group {group_id!r}", group_id)
+        return self._call(
+            futures[group_id], f"describing group {group_id!r}", _group_errors(group_id)
+        )
 
-    def _call(
-        self, future: Any, what: str, group_id: str | None = None, active: str | None = None
-    ) -> Any:
-        """Wait for an admin future; map Kafka's group errors to ours.
 
-        ``active`` is the message for a group that has live members, where that is why the
-        request was refused.
-        """
-        try:
-            return wait_future(future, self._timeout, what)
-        except KafkaException as e:
-            error = kafka_error(e)
-            code = error.code()
-            if code == KafkaError.GROUP_ID_NOT_FOUND and group_id is not None:
-                raise UnknownGroupError(f"group {group_id!r} does not exist") from e
-            if active is not None and (
-                code == KafkaError.NON_EMPTY_GROUP or code in _ACTIVE_GROUP_ERRORS
-            ):
-                raise GroupActiveError(active) from e
-            raise KafkaRequestError(f"{what}: {error_text(error)}") from e
+def _group_errors(group_id: str, active: str | None = None) -> KnownErrors:
+    """What Kafka's group error codes mean for ``group_id``. ``active`` is the message for a
+    request refused because the group has live members (None: no such refusal expected)."""
+    known: dict[int, OpsError] = {
+        KafkaError.GROUP_ID_NOT_FOUND: UnknownGroupError(f"group {group_id!r} does not exist")
+    }
+    if active is not None:
+        refused = GroupActiveError(active)
+        known.update(dict.fromkeys((KafkaError.NON_EMPTY_GROUP, *_ACTIVE_GROUP_ERRORS), refused))
+    return known
+
+
+def _check_partition(tp: TopicPartition, what: str, known: KnownErrors | None = None) -> None:
+    """Raise for the error a group request reported on one partition (``known`` first)."""
+    if tp.error is not None:
+        message = f"{what}: {tp.topic}-{tp.partition}: {error_text(tp.error)}"
+        raise translate(tp.error.code(), known, message)
 
 
 def _active(group_id: str) -> str:
@@ -301,12 +248,6 @@ def _active(group_id: str) -> str:
         f"group {group_id!r} has live members; offsets can only be reset while it is "
         "inactive (Empty): stop its consumers first"
     )
-
-
-def _named_spec(name: Literal["earliest", "latest"]) -> OffsetSpec:
-    # OffsetSpec.earliest()/latest() carry no annotations, which mypy strict will not call.
-    factory: Callable[[], OffsetSpec] = getattr(OffsetSpec, name)
-    return factory()
 
 
 def _state_name(state: ConsumerGroupState | None) -> str:

@@ -11,8 +11,17 @@ from rich.table import Table
 from rich.text import Text
 
 from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS
-from headrace.ops.console import BootstrapServers, plural, stderr, stdout
-from headrace.ops.groups import GroupAdmin, GroupDescription, TopicPart
+from headrace.ops.console import (
+    BootstrapServers,
+    NamesOnly,
+    dash,
+    plural,
+    print_listing,
+    stderr,
+    stdout,
+    topic_partitions,
+)
+from headrace.ops.groups import GroupAdmin, GroupDescription
 from headrace.ops.offset_reset import (
     ResetMode,
     ResetPlan,
@@ -35,9 +44,7 @@ GroupId = Annotated[
 
 @app.command("list")
 def list_groups(
-    names_only: Annotated[
-        bool, typer.Option("--names-only", "-q", help="Print bare group ids, one per line.")
-    ] = False,
+    names_only: NamesOnly = False,
     bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS,
 ) -> None:
     """List consumer groups with their state, Empty ones (only committed offsets) included.
@@ -46,17 +53,9 @@ def list_groups(
     whose offsets were committed without joining (e.g. by reset-offsets).
     """
     groups = GroupAdmin(bootstrap_servers).list_groups()
-    if names_only:
-        for group in groups:
-            typer.echo(group.group_id)
-        return
-    if not groups:
-        stdout.print("No groups.")
-        return
-    table = Table("Group", "State", "Protocol type")
-    for group in groups:
-        table.add_row(escape(group.group_id), group.state, group.protocol_type or "-")
-    stdout.print(table)
+    rows = [(g.group_id, g.state, g.protocol_type or "-") for g in groups]
+    headers = ("Group", "State", "Protocol type")
+    print_listing(headers, rows, names_only=names_only, empty="No groups.")
 
 
 @app.command("describe")
@@ -191,7 +190,10 @@ def _render_group(group: GroupDescription) -> Lines:
         members = Table("Member", "Client id", "Host", "Assigned partitions")
         for m in group.members:
             members.add_row(
-                escape(m.member_id), escape(m.client_id), escape(m.host), _partitions(m.partitions)
+                escape(m.member_id),
+                escape(m.client_id),
+                escape(m.host),
+                escape(topic_partitions(m.partitions)),
             )
         parts.append(members)
     if group.partitions:
@@ -200,9 +202,9 @@ def _render_group(group: GroupDescription) -> Lines:
             offsets.add_row(
                 escape(p.topic),
                 str(p.partition),
-                _number(p.committed),
-                _number(p.log_end_offset),
-                _number(p.lag),
+                dash(p.committed),
+                dash(p.log_end_offset),
+                dash(p.lag),
                 escape(p.member_id or "-"),
             )
         parts.append(offsets)
@@ -223,19 +225,6 @@ def _render_plan(plan: ResetPlan) -> Lines:
     if with_notes:
         table.add_column("Note")
     for m in plan.partitions:
-        row = [escape(m.topic), str(m.partition), _number(m.current), str(m.new)]
+        row = [escape(m.topic), str(m.partition), dash(m.current), str(m.new)]
         table.add_row(*row, *([escape(m.note)] if with_notes else []))
     return Lines(header, table)
-
-
-def _number(value: int | None) -> str:
-    return "-" if value is None else str(value)
-
-
-def _partitions(partitions: tuple[TopicPart, ...]) -> str:
-    """``orders:0,2 payments:1``, topics in name order."""
-    by_topic: dict[str, list[int]] = {}
-    for topic, partition in partitions:
-        by_topic.setdefault(topic, []).append(partition)
-    text = " ".join(f"{t}:{','.join(map(str, ps))}" for t, ps in sorted(by_topic.items()))
-    return escape(text) or "-"

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from headrace.ops.clients import topic_metadata
-from headrace.ops.errors import GroupActiveError, InvalidInputError, UnknownTopicError
+from headrace.ops.errors import GroupActiveError, InvalidInputError
 from headrace.ops.groups import INACTIVE_STATES, GroupAdmin
 
 
@@ -136,13 +135,7 @@ def plan_reset(
     topic or partition, ``InvalidInputError`` for a shift with nothing committed to shift.
     A group that does not exist yet is planned from nothing (Kafka lets a reset create it).
     """
-    known = sorted(topic_metadata(admin.metadata(topic), topic).partitions)
-    chosen = sorted(set(partitions)) if partitions else known
-    missing = [p for p in chosen if p not in known]
-    if missing:
-        raise UnknownTopicError(
-            f"topic {topic!r} has no partition {missing[0]} (it has {len(known)})"
-        )
+    chosen = admin.partitions(topic, partitions or None)
     state = admin.state(group_id)
     tps = [(topic, p) for p in chosen]
     committed = admin.committed(group_id, tps)

@@ -14,16 +14,8 @@ from types import MappingProxyType
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from headrace.ops.clients import (
-    REQUEST_TIMEOUT_S,
-    ClientErrors,
-    client_config,
-    error_text,
-    fetch_metadata,
-    kafka_error,
-    topic_metadata,
-)
-from headrace.ops.errors import DeliveryError, InvalidInputError, UnknownTopicError
+from headrace.ops.clients import REQUEST_TIMEOUT_S, ClientSession, error_text, kafka_error
+from headrace.ops.errors import DeliveryError, InvalidInputError
 
 # How long librdkafka may keep retrying one record before reporting it failed.
 DELIVERY_TIMEOUT_S = 30.0
@@ -78,28 +70,21 @@ def produce_lines(lines: Iterable[bytes], options: ProduceOptions) -> ProduceRes
     ``DeliveryError`` if any record failed, ``UnknownTopicError`` if the topic or the requested
     partition does not exist (a broker that auto-creates topics creates it instead).
     """
-    errors = ClientErrors()
-    producer = Producer(
-        client_config(
-            options.bootstrap_servers,
-            errors,
-            **{
-                "acks": options.acks,
-                "partitioner": "murmur2_random",
-                "linger.ms": 5,
-                "message.timeout.ms": int(DELIVERY_TIMEOUT_S * 1000),
-            },
-        )
+    session = ClientSession(
+        Producer,
+        options.bootstrap_servers,
+        {
+            "acks": options.acks,
+            "partitioner": "murmur2_random",
+            "linger.ms": 5,
+            "message.timeout.ms": int(DELIVERY_TIMEOUT_S * 1000),
+        },
+        options.timeout,
     )
-    metadata = fetch_metadata(
-        producer, errors, options.bootstrap_servers, topic=options.topic, timeout=options.timeout
-    )
-    partitions = len(topic_metadata(metadata, options.topic).partitions)
-    if options.partition is not None and not 0 <= options.partition < partitions:
-        raise UnknownTopicError(
-            f"topic {options.topic!r} has no partition {options.partition} "
-            f"(it has {partitions}: 0..{partitions - 1})"
-        )
+    producer = session.client
+    # Fails fast for a missing topic or partition (a producer's metadata request may
+    # auto-create the topic, as Kafka's producers do).
+    session.partitions(options.topic, None if options.partition is None else [options.partition])
     deliveries = DeliveryTally()
     try:
         sent, bad_line = _send_all(producer, lines, options, deliveries)

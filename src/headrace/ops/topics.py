@@ -1,38 +1,18 @@
 """Topic administration through confluent-kafka's ``AdminClient``.
 
-Every method blocks until the broker answered or ``timeout`` seconds passed, and raises an
-``OpsError`` subclass whose message is fit to show the user. Nothing is cached between calls:
-each one reflects the broker's state at the time it is made.
+Blocking, fail-fast and error contracts: ``headrace.ops.admin``.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 from dataclasses import dataclass
-from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import (
-    AdminClient,
-    ClusterMetadata,
-    ConfigEntry,
-    ConfigResource,
-    ConfigSource,
-    NewTopic,
-    ResourceType,
-)
+from confluent_kafka import KafkaError
+from confluent_kafka.admin import ConfigEntry, ConfigResource, ConfigSource, NewTopic, ResourceType
 
-from headrace.ops.clients import (
-    REQUEST_TIMEOUT_S,
-    ClientErrors,
-    client_config,
-    error_text,
-    fetch_metadata,
-    kafka_error,
-    topic_metadata,
-    wait_future,
-)
-from headrace.ops.errors import KafkaRequestError, TopicExistsError, UnknownTopicError
+from headrace.ops.admin import AdminSession, KnownErrors
+from headrace.ops.clients import error_text, topic_metadata
+from headrace.ops.errors import TopicExistsError, UnknownTopicError
 
 _SOURCE_NAMES = {
     ConfigSource.DYNAMIC_TOPIC_CONFIG: "topic",
@@ -86,22 +66,8 @@ class TopicDescription:
         return max((len(p.replicas) for p in self.partitions), default=0)
 
 
-class TopicAdmin:
-    """Topic operations against the cluster reachable at ``bootstrap_servers``.
-
-    Creating one opens no connection; the first call does, and fails fast with
-    ``BrokerUnreachableError`` if no broker answers.
-    """
-
-    def __init__(self, bootstrap_servers: str, timeout: float = REQUEST_TIMEOUT_S) -> None:
-        self._bootstrap_servers = bootstrap_servers
-        self._timeout = timeout
-        self._errors = ClientErrors()
-        # Describing a topic must never create it.
-        config = client_config(
-            bootstrap_servers, self._errors, **{"allow.auto.create.topics": False}
-        )
-        self._admin = AdminClient(config)
+class TopicAdmin(AdminSession):
+    """Topic operations against the cluster reachable at ``bootstrap_servers``."""
 
     def create(
         self,
@@ -115,7 +81,7 @@ class TopicAdmin:
         Returns once the controller created it. Not idempotent: ``TopicExistsError`` if it
         exists already.
         """
-        self._metadata()
+        self.metadata()
         new_topic = NewTopic(
             name,
             num_partitions=-1 if partitions is None else partitions,
@@ -125,17 +91,14 @@ class TopicAdmin:
         futures = self._admin.create_topics(
             [new_topic], request_timeout=self._timeout, operation_timeout=self._timeout
         )
-        try:
-            self._wait(futures[name], f"creating topic {name!r}")
-        except KafkaException as e:
-            error = kafka_error(e)
-            if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
-                raise TopicExistsError(f"topic {name!r} already exists") from e
-            raise KafkaRequestError(f"cannot create topic {name!r}: {error_text(error)}") from e
+        exists = {
+            KafkaError.TOPIC_ALREADY_EXISTS: TopicExistsError(f"topic {name!r} already exists")
+        }
+        self._call(futures[name], f"cannot create topic {name!r}", exists)
 
     def list_topics(self) -> list[TopicSummary]:
         """All topics the broker lists, internal ones included, sorted by name."""
-        metadata = self._metadata()
+        metadata = self.metadata()
         return sorted(
             (TopicSummary(name, len(t.partitions)) for name, t in metadata.topics.items()),
             key=lambda t: t.name,
@@ -143,11 +106,11 @@ class TopicAdmin:
 
     def partition_count(self, name: str) -> int:
         """The number of partitions of ``name``; ``UnknownTopicError`` if it does not exist."""
-        return len(topic_metadata(self._metadata(name), name).partitions)
+        return len(self.partitions(name))
 
     def describe(self, name: str) -> TopicDescription:
         """Partitions (with leaders, replicas, ISR) and configs of topic ``name``."""
-        topic = topic_metadata(self._metadata(name), name)
+        topic = topic_metadata(self.metadata(name), name)
         partitions = tuple(
             PartitionInfo(
                 partition=p.id,
@@ -160,17 +123,8 @@ class TopicAdmin:
         )
         resource = ConfigResource(ResourceType.TOPIC, name)
         futures = self._admin.describe_configs([resource], request_timeout=self._timeout)
-        try:
-            entries: dict[str, ConfigEntry] = self._wait(
-                futures[resource], f"describing configs of {name!r}"
-            )
-        except KafkaException as e:
-            error = kafka_error(e)
-            if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                raise UnknownTopicError(f"topic {name!r} does not exist") from e
-            raise KafkaRequestError(
-                f"cannot read the configs of topic {name!r}: {error_text(error)}"
-            ) from e
+        what = f"cannot read the configs of topic {name!r}"
+        entries: dict[str, ConfigEntry] = self._call(futures[resource], what, _unknown(name))
         configs = tuple(
             TopicConfig(
                 name=entry.name,
@@ -185,25 +139,15 @@ class TopicAdmin:
 
     def delete(self, name: str) -> None:
         """Delete topic ``name``; ``UnknownTopicError`` if it does not exist."""
-        self._metadata()
+        self.metadata()
         futures = self._admin.delete_topics(
             [name], request_timeout=self._timeout, operation_timeout=self._timeout
         )
-        try:
-            self._wait(futures[name], f"deleting topic {name!r}")
-        except KafkaException as e:
-            error = kafka_error(e)
-            if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                raise UnknownTopicError(f"topic {name!r} does not exist") from e
-            raise KafkaRequestError(f"cannot delete topic {name!r}: {error_text(error)}") from e
+        self._call(futures[name], f"cannot delete topic {name!r}", _unknown(name))
 
-    def _metadata(self, topic: str | None = None) -> ClusterMetadata:
-        return fetch_metadata(
-            self._admin, self._errors, self._bootstrap_servers, topic=topic, timeout=self._timeout
-        )
 
-    def _wait(self, future: concurrent.futures.Future[Any], what: str) -> Any:
-        return wait_future(future, self._timeout, what)
+def _unknown(name: str) -> KnownErrors:
+    return {KafkaError.UNKNOWN_TOPIC_OR_PART: UnknownTopicError(f"topic {name!r} does not exist")}
 
 
 def _source_name(source: ConfigSource | int) -> str:

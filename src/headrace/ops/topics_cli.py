@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS
-from headrace.ops.console import BootstrapServers, plural, stdout
+from headrace.ops.console import BootstrapServers, NamesOnly, plural, print_listing, stdout
 from headrace.ops.topics import TopicAdmin, TopicDescription, parse_configs
 
 app = typer.Typer(
@@ -57,24 +57,13 @@ def create(
 
 @app.command("list")
 def list_topics(
-    names_only: Annotated[
-        bool, typer.Option("--names-only", "-q", help="Print bare names, one per line.")
-    ] = False,
+    names_only: NamesOnly = False,
     bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS,
 ) -> None:
     """List the topics of the cluster, internal ones included."""
     topics = TopicAdmin(bootstrap_servers).list_topics()
-    if names_only:
-        for topic in topics:
-            typer.echo(topic.name)
-        return
-    if not topics:
-        stdout.print("No topics.")
-        return
-    table = Table("Topic", "Partitions")
-    for topic in topics:
-        table.add_row(escape(topic.name), str(topic.partitions))
-    stdout.print(table)
+    rows = [(t.name, str(t.partitions)) for t in topics]
+    print_listing(("Topic", "Partitions"), rows, names_only=names_only, empty="No topics.")
 
 
 @app.command("describe")

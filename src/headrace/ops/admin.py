@@ -1,0 +1,102 @@
+"""The base of the CLI's administration classes (topics, groups, transactions).
+
+An ``AdminSession`` wraps one confluent-kafka ``AdminClient``. Contracts its subclasses keep:
+
+- creating one opens no connection; the first call does, and fails fast with
+  ``BrokerUnreachableError`` if no broker answers (``ClientSession.metadata``);
+- every method blocks until the broker answered or ``timeout`` seconds passed, and raises an
+  ``OpsError`` subclass whose message is fit to show the user: a Kafka error code the caller
+  gave a meaning to (``known``) becomes that error, anything else ``KafkaRequestError``;
+- nothing is cached: each call reflects the cluster at the time it is made.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal
+
+from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, ClusterMetadata, OffsetSpec
+
+from headrace.ops.clients import (
+    REQUEST_TIMEOUT_S,
+    ClientSession,
+    error_text,
+    kafka_error,
+    wait_future,
+)
+from headrace.ops.errors import KafkaRequestError, OpsError
+
+TopicPart = tuple[str, int]
+# Where ListOffsets looks: the log start, the log end, or a timestamp (ms since the epoch).
+OffsetQuery = Literal["earliest", "latest"] | int
+# Kafka error code -> the error to raise instead of a generic KafkaRequestError.
+KnownErrors = Mapping[int, OpsError]
+
+
+def translate(code: int | None, known: KnownErrors | None, message: str) -> OpsError:
+    """The error to raise for a request that failed with Kafka error ``code``: the one
+    ``known`` gives for it, else ``KafkaRequestError(message)``."""
+    if known is not None and code is not None and code in known:
+        return known[code]
+    return KafkaRequestError(message)
+
+
+class AdminSession:
+    """Administration of the cluster reachable at ``bootstrap_servers`` (module docstring)."""
+
+    def __init__(self, bootstrap_servers: str, timeout: float = REQUEST_TIMEOUT_S) -> None:
+        # Describing a topic must never create it.
+        self._session = ClientSession(
+            AdminClient, bootstrap_servers, {"allow.auto.create.topics": False}, timeout
+        )
+        self._admin = self._session.client
+        self._timeout = timeout
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self._session.bootstrap_servers
+
+    def metadata(self, topic: str | None = None) -> ClusterMetadata:
+        """Cluster metadata (of one ``topic``: ``UnknownTopicError`` if it does not exist)."""
+        return self._session.metadata(topic)
+
+    def partitions(self, topic: str, wanted: Iterable[int] | None = None) -> list[int]:
+        """``ClientSession.partitions``: ids of ``topic``'s partitions, checked to exist."""
+        return self._session.partitions(topic, wanted)
+
+    def list_offsets(
+        self, partitions: Iterable[TopicPart], at: OffsetQuery
+    ) -> dict[TopicPart, int]:
+        """Kafka's ListOffsets for each partition: the log start offset (``"earliest"``), the
+        log end offset (``"latest"``), or the first offset whose record timestamp is at or
+        after ``at`` ms (-1 when no record's is). The partitions must exist."""
+        spec = OffsetSpec.for_timestamp(at) if isinstance(at, int) else _named_spec(at)
+        request = {TopicPartition(t, p): spec for t, p in partitions}
+        futures = self._admin.list_offsets(request, request_timeout=self._timeout)
+        offsets: dict[TopicPart, int] = {}
+        for tp, future in futures.items():
+            where = f"listing offsets of {tp.topic}-{tp.partition}"
+            offsets[(tp.topic, tp.partition)] = self._call(future, where).offset
+        return offsets
+
+    def _call(
+        self,
+        future: concurrent.futures.Future[Any],
+        what: str,
+        known: KnownErrors | None = None,
+    ) -> Any:
+        """The result of an admin request's ``future``; on failure, the error ``translate``
+        picks (``what`` starts the generic message, e.g. "cannot delete topic 'x'")."""
+        try:
+            return wait_future(future, self._timeout, what)
+        except KafkaException as e:
+            error = kafka_error(e)
+            raise translate(error.code(), known, f"{what}: {error_text(error)}") from e
+
+
+def _named_spec(name: Literal["earliest", "latest"]) -> OffsetSpec:
+    # OffsetSpec.earliest()/latest() carry no annotations, which mypy strict will not call.
+    factory: Callable[[], OffsetSpec] = getattr(OffsetSpec, name)
+    return factory()

@@ -129,7 +129,14 @@ class GroupCoordinator:
             raise KafkaProtocolError(ErrorCode.INVALID_SESSION_TIMEOUT)
         if sum(len(m) for _, m in req.protocols) > cfg.max_member_metadata_bytes:
             raise KafkaProtocolError(ErrorCode.MESSAGE_TOO_LARGE)
-        group = self.get_or_create(req.group_id)
+        group = self.group(req.group_id)
+        if group is None:
+            # Only a join without a member id may create a group (no phantom groups).
+            if req.member_id:
+                raise KafkaProtocolError(ErrorCode.UNKNOWN_MEMBER_ID)
+            if not req.protocol_type or not req.protocols:
+                raise KafkaProtocolError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+            group = self.get_or_create(req.group_id)
         if not group.supports(req.protocol_type, req.protocols, req.member_id):
             raise KafkaProtocolError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
         if not req.member_id:
@@ -167,12 +174,14 @@ class GroupCoordinator:
         if req.group_instance_id is not None:
             group.static_members[req.group_instance_id] = member_id
         self._touch(member)
-        member.join_future = asyncio.get_running_loop().create_future()
+        # Keep our own reference: completing the join resets member.join_future.
+        fut: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
+        member.join_future = fut
         if group.state is GroupState.PREPARING_REBALANCE and group.initial_delay_until:
             self._extend_initial_delay(group)
         self._prepare_rebalance(group, f"member {member_id} joined")
         self._try_complete_join(group)
-        return await member.join_future
+        return await fut
 
     async def _replace_static(self, group: Group, old: Member, member_id: str,
                               req: JoinRequest) -> JoinResult:
@@ -193,10 +202,11 @@ class GroupCoordinator:
                 and not was_leader:
             # Same subscription: hand the assignment back without a rebalance.
             return self._current_generation(group, new, as_leader=False)
-        new.join_future = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
+        new.join_future = fut
         self._prepare_rebalance(group, f"static member {req.group_instance_id} rejoined")
         self._try_complete_join(group)
-        return await new.join_future
+        return await fut
 
     async def _rejoin(self, group: Group, member: Member, req: JoinRequest) -> JoinResult:
         self._touch(member)
@@ -213,10 +223,11 @@ class GroupCoordinator:
                 and member.member_id != group.leader_id:
             # Nothing changed for a follower: resend the current generation.
             return self._current_generation(group, member, as_leader=False)
-        member.join_future = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
+        member.join_future = fut
         self._prepare_rebalance(group, f"member {member.member_id} rejoined")
         self._try_complete_join(group)
-        return await member.join_future
+        return await fut
 
     def _current_generation(self, group: Group, member: Member, as_leader: bool) -> JoinResult:
         return JoinResult(ErrorCode.NONE, group.generation_id, group.protocol_type,
@@ -235,6 +246,8 @@ class GroupCoordinator:
             return
         if group.state is GroupState.COMPLETING_REBALANCE:
             for m in group.members.values():
+                if m.sync_future is not None:
+                    self._touch(m)  # its session restarts now that it must rejoin
                 self._fail_sync(m, ErrorCode.REBALANCE_IN_PROGRESS)
         now = self._now()
         if group.state is GroupState.EMPTY and self.config.initial_rebalance_delay_ms > 0:
@@ -386,8 +399,8 @@ class GroupCoordinator:
                      group_instance_id: str | None) -> None:
         """May this OffsetCommit be stored? Generation -1 with no member id is a commit
         from a consumer without group membership, allowed while the group has no members.
-        Raises INVALID_GROUP_ID, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID,
-        REBALANCE_IN_PROGRESS or ILLEGAL_GENERATION."""
+        Checked in Kafka's order: INVALID_GROUP_ID, ILLEGAL_GENERATION (unknown group),
+        UNKNOWN_MEMBER_ID / FENCED_INSTANCE_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS."""
         if not group_id:
             raise KafkaProtocolError(ErrorCode.INVALID_GROUP_ID)
         group = self.group(group_id)
@@ -395,12 +408,12 @@ class GroupCoordinator:
                 group is None or group.state is GroupState.EMPTY):
             return
         if group is None:
-            raise KafkaProtocolError(ErrorCode.UNKNOWN_MEMBER_ID)
-        if group.state is GroupState.COMPLETING_REBALANCE:
-            raise KafkaProtocolError(ErrorCode.REBALANCE_IN_PROGRESS)
+            raise KafkaProtocolError(ErrorCode.ILLEGAL_GENERATION)
         member = self._member(group, member_id, group_instance_id)
         if generation_id != group.generation_id:
             raise KafkaProtocolError(ErrorCode.ILLEGAL_GENERATION)
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            raise KafkaProtocolError(ErrorCode.REBALANCE_IN_PROGRESS)
         self._touch(member)
 
     # --- deletion ---------------------------------------------------------------------

@@ -60,6 +60,14 @@ class Member:
                 return metadata
         raise KafkaProtocolError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
 
+    def subscription(self, protocol: str | None) -> bytes:
+        """Metadata for ``protocol`` if the member lists it, else its first protocol's
+        (during a protocol switch); never raises."""
+        by_name = dict(self.protocols)
+        if protocol in by_name:
+            return by_name[protocol]
+        return self.protocols[0][1] if self.protocols else b""
+
     def same_protocols(self, protocols: list[tuple[str, bytes]]) -> bool:
         return self.protocols == protocols
 

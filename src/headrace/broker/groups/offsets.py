@@ -113,6 +113,8 @@ class OffsetStore:
         self.groups: dict[str, GroupRecord] = {}
         # Transactional offset records awaiting their marker, by producer id.
         self._pending: dict[int, list[tuple[bytes, bytes | None]]] = {}
+        # (group, topic, partition) each producer has staged, for require_stable fetches.
+        self._unstable: dict[int, set[tuple[str, str, int]]] = {}
 
     def partition_index(self, group: str) -> int:
         """The ``__consumer_offsets`` partition holding ``group`` (stable across restarts)."""
@@ -197,9 +199,18 @@ class OffsetStore:
     def _stage(self, producer_id: int, key: bytes | None, value: bytes | None) -> None:
         if key is not None:
             self._pending.setdefault(producer_id, []).append((key, value))
+            target = _offset_key_target(key)
+            if target is not None:
+                self._unstable.setdefault(producer_id, set()).add(target)
+
+    def is_unstable(self, group: str, tp: TopicPartition) -> bool:
+        """Whether an open transaction staged an offset for the group's partition (an
+        OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for it)."""
+        return any((group, *tp) in keys for keys in self._unstable.values())
 
     def complete_txn(self, producer_id: int, committed: bool) -> None:
         """Apply (COMMIT) or drop (ABORT) the offsets the producer staged."""
+        self._unstable.pop(producer_id, None)
         staged = self._pending.pop(producer_id, [])
         if committed:
             for key, value in staged:
@@ -228,6 +239,17 @@ class OffsetStore:
 
     def committed(self, group: str) -> dict[TopicPartition, CommittedOffset]:
         return self.offsets.get(group, {})
+
+
+def _offset_key_target(key: bytes) -> tuple[str, str, int] | None:
+    """``(group, topic, partition)`` of an offset-commit key, else None."""
+    try:
+        r = _Reader(key)
+        if r.take(">h") not in (0, 1):
+            return None
+        return r.string() or "", r.string() or "", r.take(">i")
+    except (struct.error, UnicodeDecodeError):
+        return None
 
 
 def _decode_offset(value: bytes) -> CommittedOffset:

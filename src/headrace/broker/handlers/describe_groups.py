@@ -1,5 +1,5 @@
-"""DescribeGroups (key 15), versions 0-5: state, protocol and members (with their
-metadata and, once Stable, assignment). Unknown groups are described as Dead with no
+"""DescribeGroups (key 15), versions 0-5: state, protocol and members (with metadata and
+assignment once Stable). Unknown groups are described as Dead with no
 members, as Kafka does. Authorized operations are not computed."""
 
 from __future__ import annotations
@@ -32,12 +32,14 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                                     group_state=GroupState.DEAD.value, protocol_type="",
                                     protocol_data="", members=[]))
             continue
+        # As Kafka: protocol, metadata and assignments only once Stable (during a
+        # rebalance the members may not all speak the old protocol any more).
         stable = group.state is GroupState.STABLE
-        protocol = group.protocol_name or ""
+        protocol = (group.protocol_name or "") if stable else ""
         members = [
             _Member(member_id=m.member_id, group_instance_id=m.group_instance_id,
                     client_id=m.client_id, client_host=m.client_host,
-                    member_metadata=m.metadata_for(protocol) if protocol else b"",
+                    member_metadata=m.subscription(protocol) if stable else b"",
                     member_assignment=m.assignment if stable else b"")
             for m in group.members.values()]
         described.append(_Group(error_code=0, group_id=group_id, group_state=group.state.value,

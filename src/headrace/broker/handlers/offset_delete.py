@@ -20,11 +20,11 @@ _Partition = _Topic.OffsetDeleteResponsePartition
 
 
 def _subscribed(group: Group) -> set[str]:
-    if group.protocol_type != "consumer" or not group.protocol_name:
+    if group.protocol_type != "consumer":
         return set()
     topics: set[str] = set()
     for m in group.members.values():
-        topics |= subscribed_topics(m.metadata_for(group.protocol_name))
+        topics |= subscribed_topics(m.subscription(group.protocol_name))
     return topics
 
 

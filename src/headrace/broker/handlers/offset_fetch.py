@@ -2,8 +2,9 @@
 
 Answers the committed offsets of a group: the requested partitions (unknown ones get
 offset -1), or every committed partition when the topic list is null. An unknown group
-has no offsets (not an error, as in Kafka). ``require_stable`` is accepted; until
-transactions exist no commit is ever pending. v9's KIP-848 member checks are not served.
+has no offsets (not an error, as in Kafka). With ``require_stable`` (v7+), a partition
+whose offset an open transaction has staged answers UNSTABLE_OFFSET_COMMIT (the client
+retries once the transaction ends). v9's KIP-848 member checks are not served.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from kafka.protocol.consumer import OffsetFetchRequest, OffsetFetchResponse
 from headrace.broker.context import RequestContext
 from headrace.broker.groups.offsets import CommittedOffset
 from headrace.broker.registry import handles
+from headrace.protocol.errors import ErrorCode
 
 _OldTopic = OffsetFetchResponse.OffsetFetchResponseTopic
 _OldPartition = _OldTopic.OffsetFetchResponsePartition
@@ -22,6 +24,13 @@ _Group = OffsetFetchResponse.OffsetFetchResponseGroup
 _Topic = _Group.OffsetFetchResponseTopics
 _Partition = _Topic.OffsetFetchResponsePartitions
 _NONE = CommittedOffset(-1, -1, "", -1)
+
+
+def _code(ctx: RequestContext, group_id: str, topic: str, partition: int,
+          require_stable: bool) -> int:
+    if require_stable and ctx.state.offsets.is_unstable(group_id, (topic, partition)):
+        return int(ErrorCode.UNSTABLE_OFFSET_COMMIT)
+    return 0
 
 
 def _lookup(ctx: RequestContext, group_id: str,
@@ -37,6 +46,7 @@ def _lookup(ctx: RequestContext, group_id: str,
 
 @handles(OffsetFetchRequest, OffsetFetchResponse, max_version=8)
 async def handle(ctx: RequestContext, request: Any) -> Any:
+    stable = ctx.api_version >= 7 and bool(request.require_stable)
     if ctx.api_version >= 8:
         groups = []
         for g in request.groups:
@@ -46,7 +56,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                 _Topic(name=t, partitions=[
                     _Partition(partition_index=p, committed_offset=c.offset,
                                committed_leader_epoch=c.leader_epoch,
-                               metadata=c.metadata, error_code=0) for p, c in parts])
+                               metadata=c.metadata,
+                               error_code=_code(ctx, g.group_id, t, p, stable))
+                    for p, c in parts])
                 for t, parts in _lookup(ctx, g.group_id, wanted)]))
         return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
     wanted = None if request.topics is None else [(t.name, list(t.partition_indexes))
@@ -55,5 +67,6 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         _OldTopic(name=t, partitions=[
             _OldPartition(partition_index=p, committed_offset=c.offset,
                           committed_leader_epoch=c.leader_epoch, metadata=c.metadata,
-                          error_code=0) for p, c in parts])
+                          error_code=_code(ctx, request.group_id, t, p, stable))
+            for p, c in parts])
         for t, parts in _lookup(ctx, request.group_id, wanted)])

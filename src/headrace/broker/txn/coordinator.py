@@ -86,17 +86,30 @@ class TransactionCoordinator:
             return t.producer_id, t.producer_epoch
         if producer_id >= 0 and (producer_id, producer_epoch) != (t.producer_id, t.producer_epoch):
             raise KafkaProtocolError(ErrorCode.PRODUCER_FENCED)
-        self._bump_epoch(t)
+        if t.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            self._complete(t, t.state is TxnState.PREPARE_COMMIT)
         if t.state is TxnState.ONGOING:
             log.info("fencing %s: aborting its open transaction", transactional_id)
-            self._complete(t, committed=False)
-        elif t.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
-            self._complete(t, t.state is TxnState.PREPARE_COMMIT)
+            self._fence_and_abort(t)
+        else:
+            self._bump_epoch(t)
         t.timeout_ms = timeout_ms
         t.state = TxnState.EMPTY
-        t.partitions, t.groups, t.start_ms = set(), set(), -1
+        t.partitions, t.start_ms = set(), -1
         self.txn_log.write(t)
         return t.producer_id, t.producer_epoch
+
+    def _fence_and_abort(self, t: TxnMetadata) -> None:
+        """Abort the open transaction under a bumped epoch of the same producer id, so
+        its markers fence the old epoch; an exhausted epoch aborts first and moves to a
+        new producer id after (markers must carry the id the transaction was written
+        under)."""
+        if t.producer_epoch + 1 < MAX_EPOCH:
+            t.producer_epoch += 1
+            self._complete(t, committed=False)
+        else:
+            self._complete(t, committed=False)
+            t.producer_id, t.producer_epoch = self._allocate(), 0
 
     def _bump_epoch(self, t: TxnMetadata) -> None:
         if t.producer_epoch + 1 >= MAX_EPOCH:
@@ -119,7 +132,7 @@ class TransactionCoordinator:
     def _begin(self, t: TxnMetadata) -> None:
         if t.state is not TxnState.ONGOING:
             t.state = TxnState.ONGOING
-            t.partitions, t.groups = set(), set()
+            t.partitions = set()
             t.start_ms = int(time.time() * 1000)
 
     def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
@@ -148,7 +161,6 @@ class TransactionCoordinator:
         """Put the group's ``__consumer_offsets`` partition in the transaction."""
         t = self._validate(transactional_id, producer_id, producer_epoch)
         self._begin(t)
-        t.groups.add(group_id)
         tp = (OFFSETS_TOPIC, self.offsets.partition_index(group_id))
         if tp not in t.partitions:
             t.partitions.add(tp)
@@ -160,7 +172,10 @@ class TransactionCoordinator:
         group (AddOffsetsToTxn). Raises PRODUCER_FENCED, INVALID_PRODUCER_ID_MAPPING or
         INVALID_TXN_STATE."""
         t = self._validate(transactional_id, producer_id, producer_epoch)
-        if t.state is not TxnState.ONGOING or group_id not in t.groups:
+        # The partition (logged in __transaction_state), not the in-memory group set,
+        # so the check survives a broker restart.
+        offsets_partition = (OFFSETS_TOPIC, self.offsets.partition_index(group_id))
+        if t.state is not TxnState.ONGOING or offsets_partition not in t.partitions:
             raise KafkaProtocolError(ErrorCode.INVALID_TXN_STATE)
 
     def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
@@ -189,7 +204,7 @@ class TransactionCoordinator:
                 self.offsets.complete_txn(t.producer_id, committed)
             self._notify(topic, p)
         t.state = TxnState.COMPLETE_COMMIT if committed else TxnState.COMPLETE_ABORT
-        t.partitions, t.groups = set(), set()
+        t.partitions = set()
         self.txn_log.write(t)
         return written
 
@@ -202,8 +217,7 @@ class TransactionCoordinator:
             if t.state is TxnState.ONGOING and now - t.start_ms > t.timeout_ms:
                 log.info("transaction %s timed out after %d ms: aborting",
                          t.transactional_id, now - t.start_ms)
-                self._bump_epoch(t)
-                self._complete(t, committed=False)
+                self._fence_and_abort(t)
 
     def list(self, states: set[str], producer_ids: set[int], min_duration_ms: int = -1,
              pattern: str | None = None) -> list[TxnMetadata]:

@@ -59,8 +59,6 @@ class TxnMetadata:
     timeout_ms: int
     state: TxnState = TxnState.EMPTY
     partitions: set[TopicPartition] = field(default_factory=set)
-    # Groups whose offsets (TxnOffsetCommit) ride this transaction.
-    groups: set[str] = field(default_factory=set)
     start_ms: int = -1
     last_update_ms: int = -1
 
@@ -112,7 +110,7 @@ def decode(key: bytes, value: bytes | None) -> tuple[str, TxnMetadata | None]:
             partitions.add((topic, p))
     last_update, start = struct.unpack_from(">qq", value, pos)
     return tid, TxnMetadata(tid, pid, epoch, timeout, TxnState.from_status(status),
-                            partitions, set(), start, last_update)
+                            partitions, start, last_update)
 
 
 class TransactionLog:

@@ -31,7 +31,8 @@ freshly started broker, against every broker before moving to the next scenario.
    synchronously (``commit(offsets=..., asynchronous=False)``), then asynchronously with up
    to 1,000 commits outstanding per member (completion counted by the ``on_commit``
    callback); commits/s summed over the members. The last offset is read back with
-   ``committed()`` and checked, as is any error reported for a commit.
+   ``committed()`` and checked, as is any error reported for a commit. A 0.5 s sync loop
+   on each member comes first and is not counted.
 
 Members released together heartbeat in step, so each trigger (kill, join, leave) first waits
 a pseudo-random fraction of the heartbeat interval (the same sequence for every broker);
@@ -871,14 +872,17 @@ def notes(scenarios: list[str], trials: int, cycles: int, duration: float) -> li
     if "commits" in scenarios:
         out.append(
             f"commits: each member commits one offset of its own partition per call for "
-            f"{duration:g} s: sync = commit(asynchronous=False) in a loop; async = "
+            f"{duration:g} s (after a discarded {COMMIT_WARMUP_S:g} s sync loop): sync = commit(asynchronous=False) in a loop; async = "
             f"commit(asynchronous=True) with up to {ASYNC_WINDOW:,} outstanding per member, "
             "completions counted by on_commit; commits/s summed over members, the last "
             "committed offset checked with committed(); broker CPU = the broker process's "
             "user+system CPU over the loop / commits. headrace appends each commit to "
             "__consumer_offsets before answering (fsynced first only with --fsync); Tansu "
             f"stores in memory. With {max(COMMIT_MEMBER_COUNTS)} members the member processes "
-            f"and the broker share {os.cpu_count()} cores"
+            f"and the broker share {os.cpu_count()} cores. One member's sync loop is one "
+            "request at a time, bound by round-trip latency: while writing this script it "
+            "varied by up to 2x from run to run for both brokers, more than any other figure "
+            "here; compare brokers on it with care"
         )
     out.append(
         '"vs Tansu": above 1x means headrace did better (Tansu time / headrace time, or '

@@ -65,7 +65,14 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 
 from brokers import ALL_SPECS, BrokerSpec, RunningBroker, create_topic, running, select_specs
 from clients import cpu_seconds
-from report import BENCHMARKS_MD, environment_lines, fmt_float, fmt_int, table, update_section
+from report import (
+    BENCHMARKS_MD,
+    environment_lines,
+    fmt_float,
+    fmt_int,
+    publish,
+    table,
+)
 
 SESSION_TIMEOUT_MS = 6_000
 HEARTBEAT_INTERVAL_MS = 1_000
@@ -959,36 +966,20 @@ def main(argv: list[str] | None = None) -> int:
         ]
     if "commits" in scenarios:
         sections += ["### Offset commits", "", render_commits(results), ""]
-    body = "\n".join(sections).rstrip()
-    print()
-    print(body)
-    print()
-    for line in notes(scenarios, trials, cycles, duration):
-        print(f"- {line}")
     failures = [
         f"{r.spec.name} {scenario}: {reason}"
         for r in results
         for scenario, reason in r.errors.items()
     ]
-    for f in failures:
-        print(f"- FAILED {f}")
-    if args.write_md:
-        update_section(
-            "groups",
-            "\n".join(
-                [
-                    "## Consumer groups",
-                    "",
-                    *(f"- {line}" for line in env),
-                    "",
-                    body,
-                    "",
-                    *(f"- {line}" for line in notes(scenarios, trials, cycles, duration)),
-                    *(f"- FAILED {f}" for f in failures),
-                ]
-            ),
-            args.md_file,
-        )
+    publish(
+        "groups",
+        "Consumer groups",
+        env,
+        "\n".join(sections).rstrip(),
+        [*notes(scenarios, trials, cycles, duration), *(f"FAILED {f}" for f in failures)],
+        args.write_md,
+        args.md_file,
+    )
     return 1 if failures else 0
 
 

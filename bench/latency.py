@@ -34,7 +34,14 @@ from pathlib import Path
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
 from brokers import ALL_SPECS, BrokerSpec, create_topic, running, select_specs
-from report import BENCHMARKS_MD, environment_lines, fmt_float, fmt_int, table, update_section
+from report import (
+    BENCHMARKS_MD,
+    environment_lines,
+    fmt_float,
+    fmt_int,
+    publish,
+    table,
+)
 
 TOPIC = "bench-latency"
 HEADER = struct.Struct("<bq")  # kind, produce-time in ns (CLOCK_MONOTONIC)
@@ -328,30 +335,16 @@ def main(argv: list[str] | None = None) -> int:
                 f"p50 {r.pct(50):.2f} ms, p99 {r.pct(99):.2f} ms, max {r.latencies_ms[-1]:.2f} ms",
                 flush=True,
             )
-    body = render(results)
-    print()
-    print(body)
-    print()
-    for line in notes(s):
-        print(f"- {line}")
     failed = [r for r in results if r.error is not None]
-    if args.write_md:
-        update_section(
-            "latency",
-            "\n".join(
-                [
-                    "## Produce-to-consume latency",
-                    "",
-                    *(f"- {line}" for line in env),
-                    "",
-                    body,
-                    "",
-                    *(f"- {line}" for line in notes(s)),
-                    *(f"- FAILED {r.spec.name}: {r.error}" for r in failed),
-                ]
-            ),
-            args.md_file,
-        )
+    publish(
+        "latency",
+        "Produce-to-consume latency",
+        env,
+        render(results),
+        [*notes(s), *(f"FAILED {r.spec.name}: {r.error}" for r in failed)],
+        args.write_md,
+        args.md_file,
+    )
     return 1 if failed else 0
 
 

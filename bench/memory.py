@@ -35,7 +35,14 @@ import psutil  # type: ignore[import-untyped]
 
 from brokers import BrokerSpec, create_topic, running
 from clients import Phase, consume, cpu_seconds, produce
-from report import BENCHMARKS_MD, environment_lines, fmt_float, fmt_int, table, update_section
+from report import (
+    BENCHMARKS_MD,
+    environment_lines,
+    fmt_float,
+    fmt_int,
+    publish,
+    table,
+)
 
 TOPIC = "bench-memory"
 RECORD_SIZE = 1024
@@ -248,30 +255,19 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         print(f"FAILED: {type(e).__name__}: {e}")
         return 1
-    body = render(o)
-    print()
-    print(body)
-    print()
-    for line in summary(o):
-        print(f"- {line}")
-    if args.write_md:
-        update_section(
-            "memory",
-            "\n".join(
-                [
-                    "## Broker memory while serving a large log",
-                    "",
-                    *(f"- {line}" for line in env),
-                    "",
-                    body,
-                    "",
-                    *(f"- {line}" for line in summary(o)),
-                    f"- RSS sampled every {args.interval_ms:g} ms; RssAnon excludes file pages "
-                    "the broker maps (the page cache is the kernel's, not the broker's)",
-                ]
-            ),
-            args.md_file,
-        )
+    publish(
+        "memory",
+        "Broker memory while serving a large log",
+        env,
+        render(o),
+        [
+            *summary(o),
+            f"RSS sampled every {args.interval_ms:g} ms; RssAnon excludes file pages the "
+            "broker maps (the page cache is the kernel's, not the broker's)",
+        ],
+        args.write_md,
+        args.md_file,
+    )
     return 0
 
 

@@ -155,3 +155,37 @@ def update_section(name: str, body: str, path: Path = BENCHMARKS_MD) -> None:
         text = text.rstrip("\n") + "\n\n" + block + "\n"
     path.write_text(text)
     print(f"updated the {name} section of {path}")
+
+
+def publish(
+    name: str,
+    title: str,
+    env: Sequence[str],
+    body: str,
+    notes: Sequence[str],
+    write_md: bool,
+    path: Path = BENCHMARKS_MD,
+) -> None:
+    """Print a benchmark's tables and notes; with ``write_md`` also refresh its section
+    of BENCHMARKS.md (title, environment lines, tables, notes)."""
+    print()
+    print(body)
+    print()
+    for line in notes:
+        print(f"- {line}")
+    if write_md:
+        update_section(
+            name,
+            "\n".join(
+                [
+                    f"## {title}",
+                    "",
+                    *(f"- {line}" for line in env),
+                    "",
+                    body,
+                    "",
+                    *(f"- {line}" for line in notes),
+                ]
+            ),
+            path,
+        )

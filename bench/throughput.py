@@ -36,8 +36,8 @@ from report import (
     fmt_float,
     fmt_int,
     fmt_ratio,
+    publish,
     table,
-    update_section,
 )
 
 DEFAULT_RECORDS = {100: 2_000_000, 1024: 1_000_000}
@@ -217,30 +217,16 @@ def main(argv: list[str] | None = None) -> int:
                 )
             results.append(combine(runs))
 
-    body = render(results)
-    print()
-    print(body)
-    print()
-    for line in notes(args.runs):
-        print(f"- {line}")
     failed = [r for r in results if r.error is not None]
-    if args.write_md:
-        update_section(
-            "throughput",
-            "\n".join(
-                [
-                    "## Throughput",
-                    "",
-                    *(f"- {line}" for line in env),
-                    "",
-                    body,
-                    "",
-                    *(f"- {line}" for line in notes(args.runs)),
-                    *(f"- FAILED {r.spec.name} {r.cell.label}: {r.error}" for r in failed),
-                ]
-            ),
-            args.md_file,
-        )
+    publish(
+        "throughput",
+        "Throughput",
+        env,
+        render(results),
+        [*notes(args.runs), *(f"FAILED {r.spec.name} {r.cell.label}: {r.error}" for r in failed)],
+        args.write_md,
+        args.md_file,
+    )
     return 1 if failed else 0
 
 

@@ -73,8 +73,8 @@ from report import (
     fmt_float,
     fmt_int,
     fmt_ratio,
+    publish,
     table,
-    update_section,
 )
 
 MODES = ("transactional", "idempotent", "plain")
@@ -672,34 +672,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"\n{env[-1]}\n")
 
-    summary, detail = render_summary(results), render_detail(results)
-    print(summary)
-    print()
-    print(detail)
-    print()
-    for line in notes(duration, rounds, args.interval_ms) + check_lines(results):
-        print(f"- {line}")
     failed = any(m.error for r in results for m in r.modes.values())
     mismatched = any(m.check.startswith("FAILED") for r in results for m in r.modes.values())
-    if args.write_md:
-        update_section(
-            "transactions",
-            "\n".join(
-                [
-                    "## Transactions: transactional against plain produce",
-                    "",
-                    *(f"- {line}" for line in env),
-                    "",
-                    summary,
-                    "",
-                    detail,
-                    "",
-                    *(f"- {line}" for line in notes(duration, rounds, args.interval_ms)),
-                    *(f"- {line}" for line in check_lines(results)),
-                ]
-            ),
-            args.md_file,
-        )
+    publish(
+        "transactions",
+        "Transactions: transactional against plain produce",
+        env,
+        f"{render_summary(results)}\n\n{render_detail(results)}",
+        notes(duration, rounds, args.interval_ms) + check_lines(results),
+        args.write_md,
+        args.md_file,
+    )
     return 1 if failed or mismatched else 0
 
 

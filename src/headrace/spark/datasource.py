@@ -1,0 +1,47 @@
+"""``HeadraceDataSource``: the Python data source Spark finds under ``format("headrace")``.
+
+Spark instantiates it on the driver with the query's options; each method parses the
+options it needs (raising ``OptionError`` at once for a wrong one) and returns the
+reader or writer that does the work.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
+from pyspark.sql.types import StructType
+
+from headrace.spark.options import parse_sink_options, parse_source_options
+from headrace.spark.reading import schema_ddl
+from headrace.spark.sink import BatchWriter, StreamWriter
+from headrace.spark.source import BatchReader, StreamReader
+
+
+class HeadraceDataSource(DataSource):
+    """Reads and writes Kafka-protocol topics with the options and columns of Spark's
+    Kafka connector; see ``headrace.spark`` for the list."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "headrace"
+
+    def schema(self) -> str:
+        include = str(self.options.get("includeHeaders", "false")).lower() == "true"
+        return schema_ddl(include)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return BatchReader(parse_source_options(self.options, streaming=False))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return StreamReader(parse_source_options(self.options, streaming=True))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        return BatchWriter(parse_sink_options(self.options), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return StreamWriter(parse_sink_options(self.options), schema)

@@ -1,0 +1,200 @@
+"""Reading one offset range of one partition on an executor, as Arrow record batches.
+
+This is the task side of the source: ``read_range`` runs inside a Spark task, opens a real
+Kafka consumer (librdkafka) assigned to one partition, and yields rows for offsets in
+``[start, end)`` — fewer rows than offsets where the log has gaps (compaction, transaction
+markers, aborted records under read_committed). It blocks until ``end`` is reached, or
+raises after ``pollTimeoutMs`` without progress. It commits nothing: Spark's checkpoint
+owns the offsets.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from headrace.spark.errors import DataLossError, SparkConnectorError
+from headrace.spark.options import SourceOptions
+
+SCHEMA_DDL = ("key binary, value binary, topic string, partition int, offset long, "
+              "timestamp timestamp, timestampType int")
+HEADERS_DDL = ", headers array<struct<key: string, value: binary>>"
+
+_HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+_FIELDS = [("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
+           ("partition", pa.int32()), ("offset", pa.int64()),
+           ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32())]
+ARROW_SCHEMA = pa.schema(_FIELDS)
+ARROW_SCHEMA_HEADERS = pa.schema([*_FIELDS, ("headers", _HEADER_TYPE)])
+
+ROWS_PER_BATCH = 20_000
+EARLIEST_AT_READ = -2
+"""A range start meaning "the partition's first offset when the task runs" (new partitions)."""
+
+
+def schema_ddl(include_headers: bool) -> str:
+    """The source's columns, those of Spark's Kafka source."""
+    return SCHEMA_DDL + (HEADERS_DDL if include_headers else "")
+
+
+@dataclass(frozen=True)
+class OffsetRange:
+    """Offsets ``[start, end)`` of one partition; ``start`` may be ``EARLIEST_AT_READ``."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+
+def consumer_config(opts: SourceOptions) -> dict[str, Any]:
+    return {
+        "queued.max.messages.kbytes": 65536,
+        "fetch.max.bytes": 52428800,
+        "max.partition.fetch.bytes": 8388608,
+        **opts.client_configs,
+        "bootstrap.servers": opts.bootstrap_servers,
+        # librdkafka wants a group id even for assign(); nothing is ever committed to it.
+        "group.id": f"headrace-spark-reader-{uuid.uuid4().hex[:12]}",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "error",
+        "isolation.level": "read_committed" if opts.read_committed else "read_uncommitted",
+    }
+
+
+class _Columns:
+    """Row values gathered column by column, turned into one Arrow batch at a time."""
+
+    def __init__(self, include_headers: bool) -> None:
+        self.include_headers = include_headers
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.offsets: list[int] = []
+        self.timestamps: list[int] = []
+        self.types: list[int] = []
+        self.headers: list[list[dict[str, Any]]] = []
+
+    def clear(self) -> None:
+        """Empty the lists in place: the reading loop holds references to them."""
+        for column in (self.keys, self.values, self.offsets, self.timestamps, self.types,
+                       self.headers):
+            column.clear()
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def batch(self, topic: str, partition: int) -> pa.RecordBatch:
+        n = len(self.offsets)
+        arrays = [
+            pa.array(self.keys, pa.binary()),
+            pa.array(self.values, pa.binary()),
+            pa.repeat(pa.scalar(topic, pa.string()), n),
+            pa.repeat(pa.scalar(partition, pa.int32()), n),
+            pa.array(self.offsets, pa.int64()),
+            pa.array([t * 1000 for t in self.timestamps], pa.int64()).cast(
+                pa.timestamp("us", tz="UTC")),
+            pa.array(self.types, pa.int32()),
+        ]
+        schema = ARROW_SCHEMA
+        if self.include_headers:
+            arrays.append(pa.array(self.headers, _HEADER_TYPE))
+            schema = ARROW_SCHEMA_HEADERS
+        self.clear()
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
+    """Yield the records of ``rng`` in offset order, ``ROWS_PER_BATCH`` rows at a time."""
+    consumer = Consumer(consumer_config(opts))
+    try:
+        yield from _read(consumer, opts, rng)
+    finally:
+        consumer.close()
+
+
+def _start_offset(consumer: Consumer, opts: SourceOptions, rng: OffsetRange) -> int:
+    try:
+        low, _high = consumer.get_watermark_offsets(
+            TopicPartition(rng.topic, rng.partition), timeout=opts.poll_timeout_ms / 1000,
+            cached=False)
+    except KafkaException as e:
+        raise SparkConnectorError(
+            f"cannot read {rng.topic}[{rng.partition}]: {e.args[0].str()}") from e
+    if rng.start == EARLIEST_AT_READ:
+        return int(low)
+    if rng.start < low:
+        _data_lost(opts, rng, rng.start, low)
+        return int(low)
+    return rng.start
+
+
+def _data_lost(opts: SourceOptions, rng: OffsetRange, wanted: int, first: int) -> None:
+    message = (f"{rng.topic}[{rng.partition}]: offsets {wanted}..{first - 1} are no longer in "
+               f"the log (deleted by retention or DeleteRecords) before the query read them")
+    if opts.fail_on_data_loss:
+        raise DataLossError(message + "; set failOnDataLoss=false to skip lost offsets")
+
+
+def _read(consumer: Consumer, opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
+    position = _start_offset(consumer, opts, rng)
+    if position >= rng.end:
+        return
+    consumer.assign([TopicPartition(rng.topic, rng.partition, position)])
+    cols = _Columns(opts.include_headers)
+    keys, values, offsets = cols.keys, cols.values, cols.offsets
+    timestamps, types, headers = cols.timestamps, cols.types, cols.headers
+    with_headers = opts.include_headers
+    end = rng.end
+    timeout = opts.poll_timeout_ms / 1000
+    deadline = time.monotonic() + timeout
+    while position < end:
+        messages: list[Any] = consumer.consume(num_messages=10_000, timeout=0.5)
+        if not messages:
+            if time.monotonic() > deadline:
+                raise SparkConnectorError(
+                    f"{rng.topic}[{rng.partition}]: no record at offset {position} (reading up "
+                    f"to {end}) within kafkaConsumer.pollTimeoutMs={opts.poll_timeout_ms}")
+            continue
+        deadline = time.monotonic() + timeout
+        for m in messages:
+            err = m.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    # Caught up to the end a reader of this isolation level can see; what
+                    # remains of the range was markers, aborted records or compacted away.
+                    if m.offset() >= end:
+                        position = end
+                        break
+                    continue
+                if err.code() == KafkaError._AUTO_OFFSET_RESET:
+                    low = _start_offset(consumer, opts,
+                                        OffsetRange(rng.topic, rng.partition, position, end))
+                    position = low
+                    consumer.assign([TopicPartition(rng.topic, rng.partition, position)])
+                    break
+                raise SparkConnectorError(f"{rng.topic}[{rng.partition}]: {err.str()}")
+            offset = m.offset()
+            if offset >= end:
+                position = end
+                break
+            keys.append(m.key())
+            values.append(m.value())
+            offsets.append(offset)
+            ts_type, ts = m.timestamp()
+            timestamps.append(ts)
+            types.append(max(ts_type - 1, 0))
+            if with_headers:
+                headers.append([{"key": k, "value": v} for k, v in (m.headers() or ())])
+            position = offset + 1
+        if len(offsets) >= ROWS_PER_BATCH:
+            yield cols.batch(rng.topic, rng.partition)
+    if offsets:
+        yield cols.batch(rng.topic, rng.partition)

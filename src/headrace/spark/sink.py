@@ -1,0 +1,252 @@
+"""The write side of ``format("headrace")``: each Spark task produces its rows to the log.
+
+Exactly-once (``delivery=exactly-once``, the default). Spark may run a task of a
+micro-batch more than once: a retry after an executor dies, a speculative copy, or the
+whole batch again when the driver restarts from its checkpoint. Each run of partition
+``p`` of batch ``n`` of query ``q`` therefore:
+
+1. opens a transactional producer with ``transactional.id = headrace-sink-<q>-<p>``;
+   ``init_transactions`` fences every earlier run of the same task and aborts what it
+   left open;
+2. reads the sink's marker: the committed offset of consumer group ``headrace-sink-<q>-<p>``
+   on the marker topic (read with ``require_stable``), which holds ``last batch + 1``;
+   if it is past ``n``, the rows are already in the log and the task writes nothing;
+3. otherwise produces its rows and moves the marker to ``n + 1`` *in the same
+   transaction* (``send_offsets_to_transaction``), then commits.
+
+So rows and marker become visible together or not at all; a read_committed consumer sees
+each row once. The design needs nothing but the Kafka protocol, so it holds against any
+Kafka-compatible broker with transactions. Batch writes (``df.write``) use the same
+protocol with a write id drawn on the driver and batch 0.
+
+At-least-once (``delivery=at-least-once``) uses an idempotent producer and flushes before
+the task ends: no loss, but a re-run task writes its rows again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import NewTopic
+from pyspark import TaskContext
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
+
+from headrace.spark import metadata
+from headrace.spark.errors import OptionError, SinkError
+from headrace.spark.options import SinkOptions
+
+MARKER_TOPIC = "_headrace-sink-commits"
+TXN_TIMEOUT_MS = 600_000
+_QUERY_ID = "sql.streaming.queryId"
+_BATCH_ID = "streaming.sql.batchId"
+
+
+@dataclass(frozen=True)
+class SinkCommit(WriterCommitMessage):
+    """What one task did: rows written, or ``skipped`` when its batch was already in."""
+
+    partition: int
+    rows: int
+    skipped: bool
+
+
+def check_schema(opts: SinkOptions, schema: StructType) -> None:
+    """Raise ``OptionError`` unless the DataFrame has what Spark's Kafka sink requires."""
+    fields = {f.name: f.dataType for f in schema.fields}
+    if "value" not in fields:
+        raise OptionError("the DataFrame written needs a 'value' column (string or binary)")
+    for name in ("key", "value", "topic"):
+        if name in fields and not isinstance(fields[name], (StringType, BinaryType)):
+            raise OptionError(f"column {name!r} must be string or binary, not "
+                              f"{fields[name].simpleString()}")
+    if "topic" in fields and not isinstance(fields["topic"], StringType):
+        raise OptionError("column 'topic' must be a string")
+    if opts.topic is None and "topic" not in fields:
+        raise OptionError("name the topic: option 'topic' or a 'topic' column")
+    if "partition" in fields and not isinstance(fields["partition"], IntegerType):
+        raise OptionError("column 'partition' must be an int")
+
+
+def ensure_marker_topic(opts: SinkOptions) -> None:
+    """Create the (empty, compacted) marker topic if it does not exist. Driver side."""
+    admin = metadata.admin_client(opts.bootstrap_servers, opts.client_configs)
+    futures = admin.create_topics([NewTopic(MARKER_TOPIC, num_partitions=1,
+                                            config={"cleanup.policy": "compact"})],
+                                  request_timeout=metadata.TIMEOUT)
+    try:
+        futures[MARKER_TOPIC].result()
+    except KafkaException as e:
+        if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise SinkError(f"cannot create the sink's marker topic {MARKER_TOPIC}: {e}") from e
+
+
+def _rows(opts: SinkOptions, batches: Iterator[pa.RecordBatch]
+          ) -> Iterator[tuple[str, Any, Any, int | None, Any]]:
+    """(topic, key, value, partition, headers) per row; strings become UTF-8 bytes."""
+    for batch in batches:
+        names = batch.schema.names
+        n = batch.num_rows
+        cols = {name: batch.column(name).to_pylist() for name in names}
+        values = cols["value"]
+        keys = cols.get("key", [None] * n)
+        topics = [opts.topic] * n if opts.topic else cols["topic"]
+        parts = cols.get("partition", [None] * n)
+        headers = cols.get("headers", [None] * n)
+        for topic, key, value, part, hdrs in zip(topics, keys, values, parts, headers, strict=True):
+            if topic is None:
+                raise SinkError("a row has a null topic and no 'topic' option is set")
+            if hdrs is not None:
+                hdrs = [(h["key"], h["value"]) for h in hdrs]
+            yield topic, key, value, part, hdrs
+
+
+class _Delivery:
+    """Records the first failed delivery of a producer (librdkafka reports it in poll)."""
+
+    def __init__(self) -> None:
+        self.error: KafkaError | None = None
+
+    def __call__(self, err: KafkaError | None, _msg: Any) -> None:
+        if err is not None and self.error is None:
+            self.error = err
+
+
+def _produce_all(producer: Producer, opts: SinkOptions, batches: Iterator[pa.RecordBatch],
+                 delivery: _Delivery) -> int:
+    n = 0
+    produce = producer.produce
+    for topic, key, value, part, hdrs in _rows(opts, batches):
+        kwargs: dict[str, Any] = {}
+        if part is not None:
+            kwargs["partition"] = part
+        if hdrs:
+            kwargs["headers"] = hdrs
+        while True:
+            try:
+                produce(topic, value, key, **kwargs)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        n += 1
+        if delivery.error is not None:
+            raise SinkError(f"delivery failed: {delivery.error.str()}")
+    return n
+
+
+def _producer_config(opts: SinkOptions, delivery: _Delivery) -> dict[str, Any]:
+    return {"linger.ms": 5, "batch.num.messages": 10_000, "compression.type": "lz4",
+            **opts.client_configs, "bootstrap.servers": opts.bootstrap_servers,
+            "enable.idempotence": True, "acks": "all", "on_delivery": delivery}
+
+
+def write_at_least_once(opts: SinkOptions, batches: Iterator[pa.RecordBatch],
+                        partition: int) -> SinkCommit:
+    """Produce and flush; raises ``SinkError`` if any row was not acknowledged."""
+    delivery = _Delivery()
+    producer = Producer(_producer_config(opts, delivery))
+    n = _produce_all(producer, opts, batches, delivery)
+    remaining = producer.flush(metadata.TIMEOUT * 4)
+    if remaining or delivery.error is not None:
+        reason = delivery.error.str() if delivery.error else f"{remaining} rows unacknowledged"
+        raise SinkError(f"task for partition {partition} failed: {reason}")
+    return SinkCommit(partition, n, False)
+
+
+def write_exactly_once(opts: SinkOptions, batches: Iterator[pa.RecordBatch], write_id: str,
+                       partition: int, sequence: int) -> SinkCommit:
+    """Write this task's rows and advance its marker to ``sequence + 1`` atomically, unless
+    the marker shows ``sequence`` already committed. Blocks; raises ``SinkError``."""
+    txn_id = f"headrace-sink-{write_id}-{partition}"
+    delivery = _Delivery()
+    producer = Producer({**_producer_config(opts, delivery), "transactional.id": txn_id,
+                         "transaction.timeout.ms": TXN_TIMEOUT_MS})
+    marker = Consumer({**opts.client_configs, "bootstrap.servers": opts.bootstrap_servers,
+                       "group.id": txn_id, "enable.auto.commit": False,
+                       "isolation.level": "read_committed"})
+    try:
+        producer.init_transactions(metadata.TIMEOUT)
+        done = marker.committed([TopicPartition(MARKER_TOPIC, 0)], timeout=metadata.TIMEOUT)
+        if done[0].offset > sequence:
+            return SinkCommit(partition, 0, True)
+        producer.begin_transaction()
+        try:
+            n = _produce_all(producer, opts, batches, delivery)
+            producer.send_offsets_to_transaction(
+                [TopicPartition(MARKER_TOPIC, 0, sequence + 1)],
+                marker.consumer_group_metadata(), metadata.TIMEOUT)
+            producer.commit_transaction(TXN_TIMEOUT_MS / 1000)
+        except BaseException:
+            # Fenced or timed out: the coordinator aborts it anyway.
+            with contextlib.suppress(KafkaException):
+                producer.abort_transaction(metadata.TIMEOUT)
+            raise
+        return SinkCommit(partition, n, False)
+    except KafkaException as e:
+        raise SinkError(f"transaction {txn_id} for batch {sequence} failed: "
+                        f"{e.args[0].str()}") from e
+    finally:
+        marker.close()
+
+
+def _task() -> Any:
+    ctx = TaskContext.get()
+    if ctx is None:
+        raise SinkError("the headrace sink must run inside a Spark task")
+    return ctx
+
+
+class BatchWriter(DataSourceArrowWriter):
+    """``df.write.format("headrace")``: one write id per job, so task retries are skipped."""
+
+    def __init__(self, opts: SinkOptions, schema: StructType) -> None:
+        check_schema(opts, schema)
+        self.opts = opts
+        self.write_id = uuid.uuid4().hex
+        if opts.exactly_once:
+            ensure_marker_topic(opts)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
+        partition = _task().partitionId()
+        if not self.opts.exactly_once:
+            return write_at_least_once(self.opts, iterator, partition)
+        return write_exactly_once(self.opts, iterator, self.write_id, partition, 0)
+
+
+class StreamWriter(DataSourceStreamArrowWriter):
+    """``df.writeStream.format("headrace")``: keyed by the query id, which survives
+    restarts from the checkpoint, and the micro-batch id Spark passes to each task."""
+
+    def __init__(self, opts: SinkOptions, schema: StructType) -> None:
+        check_schema(opts, schema)
+        self.opts = opts
+        if opts.exactly_once:
+            ensure_marker_topic(opts)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
+        ctx = _task()
+        partition = ctx.partitionId()
+        if not self.opts.exactly_once:
+            return write_at_least_once(self.opts, iterator, partition)
+        query_id = ctx.getLocalProperty(_QUERY_ID)
+        batch_id = ctx.getLocalProperty(_BATCH_ID)
+        if not query_id or batch_id is None:
+            raise SinkError("the streaming sink found no query id / batch id in its task")
+        return write_exactly_once(self.opts, iterator, query_id, partition, int(batch_id))
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Every task committed its own transaction already; nothing is left to do."""
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Open transactions of failed tasks are aborted when the task runs again (fencing)
+        or by the coordinator's transaction timeout."""

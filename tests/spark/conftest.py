@@ -19,6 +19,7 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 def spark() -> Iterator[SparkSession]:
     session = (SparkSession.builder.master("local[2]").appName("headrace-tests")
                .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.sql.streaming.stopTimeout", "20s")
                .config("spark.driver.memory", "2g")

@@ -27,9 +27,10 @@ from pyspark.sql import SparkSession
 
 from headrace.spark.datasource import HeadraceDataSource
 from headrace.spark.errors import DataLossError, OptionError, SinkError, SparkConnectorError
+from headrace.spark.events import read_events
 
 __all__ = ["DataLossError", "HeadraceDataSource", "OptionError", "SinkError",
-           "SparkConnectorError", "register"]
+           "SparkConnectorError", "read_events", "register"]
 
 
 def register(spark: SparkSession) -> None:

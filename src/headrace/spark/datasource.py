@@ -16,6 +16,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from headrace.spark.events import event_spec
 from headrace.spark.options import parse_sink_options, parse_source_options
 from headrace.spark.reading import schema_ddl
 from headrace.spark.sink import BatchWriter, StreamWriter
@@ -30,9 +31,12 @@ class HeadraceDataSource(DataSource):
     def name(cls) -> str:
         return "headrace"
 
-    def schema(self) -> str:
-        include = str(self.options.get("includeHeaders", "false")).lower() == "true"
-        return schema_ddl(include)
+    def schema(self) -> StructType | str:
+        opts = {k.lower(): str(v) for k, v in self.options.items()}
+        if "valueschema" in opts:
+            return event_spec(opts["valueschema"], opts.get("eventtime", ""),
+                              opts.get("deadlettertopic", "")).output_schema()
+        return schema_ddl(opts.get("includeheaders", "false").lower() == "true")
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return BatchReader(parse_source_options(self.options, streaming=False))

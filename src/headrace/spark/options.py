@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from headrace.spark.errors import OptionError
+from headrace.spark.events import EventSpec, event_spec
 
 EARLIEST = -2
 LATEST = -1
@@ -34,8 +35,9 @@ _SOURCE_KEYS = frozenset({
     "startingtimestamp", "startingoffsetsbytimestamp", "startingoffsetsbytimestampstrategy",
     "endingtimestamp", "maxoffsetspertrigger", "minpartitions", "failondataloss",
     "includeheaders", "isolation.level", "kafkaconsumer.polltimeoutms",
+    "valueschema", "eventtime", "deadlettertopic",
 })
-_SINK_KEYS = frozenset({"topic", "delivery", "includeheaders"})
+_SINK_KEYS = frozenset({"topic", "delivery"})
 
 OffsetSpec = int | dict[str, dict[int, int]]
 """A start or end: ``EARLIEST``, ``LATEST`` or explicit offsets per topic and partition."""
@@ -73,6 +75,8 @@ class SourceOptions:
     read_committed: bool
     poll_timeout_ms: int
     client_configs: dict[str, str] = field(default_factory=dict)
+    events: EventSpec | None = None
+    """Set by ``valueSchema``/``eventTime``/``deadLetterTopic``: parse values as JSON."""
 
 
 @dataclass(frozen=True)
@@ -229,6 +233,13 @@ def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceO
     max_per_trigger = _positive_int(opts, "maxoffsetspertrigger")
     if max_per_trigger is not None and not streaming:
         raise OptionError("option 'maxOffsetsPerTrigger' applies to streaming reads only")
+    events: EventSpec | None = None
+    event_keys = [k for k in ("valueschema", "eventtime", "deadlettertopic") if k in opts]
+    if event_keys:
+        if len(event_keys) != 3:
+            raise OptionError("options 'valueSchema', 'eventTime' and 'deadLetterTopic' go "
+                              f"together; got only {event_keys}")
+        events = event_spec(opts["valueschema"], opts["eventtime"], opts["deadlettertopic"])
     return SourceOptions(
         bootstrap_servers=bootstrap,
         subscription=_subscription(opts),
@@ -244,6 +255,7 @@ def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceO
         read_committed=isolation == "read_committed",
         poll_timeout_ms=_positive_int(opts, "kafkaconsumer.polltimeoutms") or 120_000,
         client_configs=configs,
+        events=events,
     )
 
 

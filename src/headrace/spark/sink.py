@@ -48,8 +48,8 @@ from headrace.spark.options import SinkOptions
 
 MARKER_TOPIC = "_headrace-sink-commits"
 TXN_TIMEOUT_MS = 600_000
-_QUERY_ID = "sql.streaming.queryId"
-_BATCH_ID = "streaming.sql.batchId"
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,8 @@ def check_schema(opts: SinkOptions, schema: StructType) -> None:
 
 
 def ensure_marker_topic(opts: SinkOptions) -> None:
-    """Create the (empty, compacted) marker topic if it does not exist. Driver side."""
+    """Create the marker topic if it does not exist. Driver side. It never holds records:
+    only the consumer-group offsets the sink commits on its partition 0."""
     admin = metadata.admin_client(opts.bootstrap_servers, opts.client_configs)
     futures = admin.create_topics([NewTopic(MARKER_TOPIC, num_partitions=1,
                                             config={"cleanup.policy": "compact"})],
@@ -238,8 +239,8 @@ class StreamWriter(DataSourceStreamArrowWriter):
         partition = ctx.partitionId()
         if not self.opts.exactly_once:
             return write_at_least_once(self.opts, iterator, partition)
-        query_id = ctx.getLocalProperty(_QUERY_ID)
-        batch_id = ctx.getLocalProperty(_BATCH_ID)
+        query_id = ctx.getLocalProperty(QUERY_ID_PROPERTY)
+        batch_id = ctx.getLocalProperty(BATCH_ID_PROPERTY)
         if not query_id or batch_id is None:
             raise SinkError("the streaming sink found no query id / batch id in its task")
         return write_exactly_once(self.opts, iterator, query_id, partition, int(batch_id))

@@ -9,12 +9,15 @@ no task ever waits for an open transaction.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import logging
+import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
+from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSourceReader,
     DataSourceStreamReader,
@@ -28,10 +31,17 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from headrace.spark import metadata
-from headrace.spark.errors import DataLossError, OptionError
+from headrace.spark.errors import DataLossError, OptionError, SparkConnectorError
+from headrace.spark.events import EventParser, dead_letter_batches
 from headrace.spark.metadata import TP
-from headrace.spark.options import EARLIEST, LATEST, SourceOptions
+from headrace.spark.options import EARLIEST, LATEST, SinkOptions, SourceOptions
 from headrace.spark.reading import EARLIEST_AT_READ, OffsetRange, read_range
+from headrace.spark.sink import (
+    BATCH_ID_PROPERTY,
+    QUERY_ID_PROPERTY,
+    ensure_marker_topic,
+    write_exactly_once,
+)
 
 log = logging.getLogger(__name__)
 
@@ -110,11 +120,59 @@ def _check_named(named: dict[TP, int], tps: list[TP], option: str) -> None:
                           f"subscribed: {', '.join(f'{t}[{p}]' for t, p in missing)}")
 
 
+def read_task(opts: SourceOptions, rng: OffsetRange, batch_write_id: str | None
+              ) -> Iterator[pa.RecordBatch]:
+    """What a read task yields: raw records, or typed events (``opts.events``), whose bad
+    records go to the dead-letter topic once the range is read. ``batch_write_id`` is the
+    driver-drawn id of a batch read; a stream uses its query id and micro-batch id."""
+    if opts.events is None:
+        yield from read_range(opts, rng)
+        return
+    parser = EventParser(opts.events)
+    dead: list[tuple[bytes | None, bytes | None, list[Any]]] = []
+    for raw in read_range(opts, rng):
+        good, bad = parser.parse(raw)
+        dead.extend(bad)
+        if good.num_rows:
+            yield good
+    if not dead:
+        return
+    ctx = TaskContext.get()
+    if ctx is None:
+        raise SparkConnectorError("the headrace source must run inside a Spark task")
+    if batch_write_id is not None:
+        write_id, sequence = batch_write_id, 0
+    else:
+        query_id = ctx.getLocalProperty(QUERY_ID_PROPERTY)
+        batch_id = ctx.getLocalProperty(BATCH_ID_PROPERTY)
+        if not query_id or batch_id is None:
+            raise SparkConnectorError("the stream's read task found no query id / batch id")
+        write_id, sequence = f"{query_id}-dlq-{_source_tag(opts)}", int(batch_id)
+    sink = SinkOptions(opts.bootstrap_servers, opts.events.dead_letter_topic, True,
+                       opts.client_configs)
+    write_exactly_once(sink, dead_letter_batches(dead), write_id, ctx.partitionId(), sequence)
+
+
+def _source_tag(opts: SourceOptions) -> str:
+    """Tells two event sources of one query apart in their dead-letter transaction ids."""
+    assert opts.events is not None
+    text = f"{opts.subscription}|{opts.events.dead_letter_topic}"
+    return hashlib.sha1(text.encode()).hexdigest()[:10]
+
+
+def _prepare_dead_letters(opts: SourceOptions) -> None:
+    if opts.events is not None:
+        ensure_marker_topic(SinkOptions(opts.bootstrap_servers, opts.events.dead_letter_topic,
+                                        True, opts.client_configs))
+
+
 class BatchReader(DataSourceReader):
     """``spark.read.format("headrace")``: a fixed range from start to ``endingOffsets``."""
 
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
+        self.write_id = uuid.uuid4().hex
+        _prepare_dead_letters(opts)
 
     def partitions(self) -> Sequence[InputPartition]:
         opts = self.opts
@@ -134,7 +192,7 @@ class BatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RangePartition)
-        return read_range(self.opts, partition.rng)
+        return read_task(self.opts, partition.rng, self.write_id)
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -150,6 +208,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._admin: Any = None
         self._latest: dict[TP, int] = {}
         self._available_now: dict[TP, int] | None = None
+        _prepare_dead_letters(opts)
 
     @property
     def admin(self) -> Any:
@@ -227,7 +286,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RangePartition)
-        return read_range(self.opts, partition.rng)
+        return read_task(self.opts, partition.rng, None)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: offsets live in Spark's checkpoint, never in a consumer group."""

@@ -1,0 +1,316 @@
+"""Typed events from JSON values, with a dead-letter topic for what does not fit.
+
+``read_events(spark, topic, schema, event_time=..., dead_letter_topic=...)`` is a stream
+of the schema's columns plus ``event_time`` and the record's coordinates (``kafka_key``,
+``kafka_topic``, ``kafka_partition``, ``kafka_offset``, ``kafka_timestamp``). Parsing runs
+in the read task. A record that is not JSON, not an object, lacks a non-nullable field,
+has a value of the wrong type or no usable event time is produced to the dead-letter
+topic with its original key and bytes and headers ``headrace.error``,
+``headrace.source.topic``, ``headrace.source.partition``, ``headrace.source.offset`` and
+``headrace.source.timestamp``; it neither fails the query nor vanishes.
+
+The dead-letter writes use the sink's exactly-once protocol keyed by (query, read task,
+micro-batch), so a re-run read task does not write its dead letters twice. They are
+written only when a task meets a bad record.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    ByteType,
+    DataType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    MapType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from headrace.spark.errors import OptionError
+
+
+def _ddl(text: str) -> StructType:
+    """Parse a DDL schema. Driver only: Spark parses DDL in the JVM."""
+    parsed = StructType.fromDDL(text)
+    if not isinstance(parsed, StructType):
+        raise OptionError(f"not a struct schema: {text!r}")
+    return parsed
+
+
+# Built without DDL parsing, which needs a JVM that read tasks do not have.
+KAFKA_COLUMNS = StructType([
+    StructField("event_time", TimestampType()), StructField("kafka_key", BinaryType()),
+    StructField("kafka_topic", StringType()), StructField("kafka_partition", IntegerType()),
+    StructField("kafka_offset", LongType()), StructField("kafka_timestamp", TimestampType())])
+
+
+class Invalid(ValueError):
+    """A value does not fit the schema; the message says where and why."""
+
+
+@dataclass(frozen=True)
+class EventSpec:
+    """How to turn a record value into a typed row (option ``valueSchema``,
+    ``eventTime``, ``deadLetterTopic`` of the source)."""
+
+    schema_json: str
+    event_time: str
+    dead_letter_topic: str
+
+    @property
+    def schema(self) -> StructType:
+        parsed = StructType.fromJson(json.loads(self.schema_json))
+        assert isinstance(parsed, StructType)
+        return parsed
+
+    def output_schema(self) -> StructType:
+        out = StructType(list(self.schema.fields))
+        for f in KAFKA_COLUMNS.fields:
+            if f.name == "event_time" and f.name in self.schema.fieldNames():
+                continue
+            out = out.add(f)
+        return out
+
+
+def event_spec(schema_text: str, event_time: str, dead_letter_topic: str) -> EventSpec:
+    """Validate the options on the driver. ``schema_text`` is DDL or StructType JSON."""
+    try:
+        schema = (StructType.fromJson(json.loads(schema_text)) if schema_text.lstrip()
+                  .startswith("{") else _ddl(schema_text))
+    except OptionError:
+        raise
+    except Exception as e:  # Spark raises several error types for a bad DDL string
+        raise OptionError(f"option 'valueSchema' is not a schema: {e}") from e
+    if event_time not in schema.fieldNames():
+        raise OptionError(f"eventTime field {event_time!r} is not in the schema "
+                          f"({', '.join(schema.fieldNames())})")
+    kind = schema[event_time].dataType
+    if not isinstance(kind, (TimestampType, LongType, IntegerType, DoubleType, StringType)):
+        raise OptionError(f"eventTime field {event_time!r} must be a timestamp, epoch "
+                          f"milliseconds or an ISO-8601 string, not {kind.simpleString()}")
+    if event_time == "event_time" and not isinstance(kind, TimestampType):
+        raise OptionError("a field named event_time must be of type timestamp")
+    clash = set(schema.fieldNames()) & {f.name for f in KAFKA_COLUMNS.fields} - {"event_time"}
+    if clash:
+        raise OptionError(f"schema fields {sorted(clash)} clash with the columns read_events "
+                          "adds")
+    if not dead_letter_topic:
+        raise OptionError("a dead-letter topic is required: bad records must go somewhere")
+    return EventSpec(schema.json(), event_time, dead_letter_topic)
+
+
+def _timestamp(value: Any) -> dt.datetime:
+    if isinstance(value, bool):
+        raise Invalid("expected a timestamp, got a boolean")
+    if isinstance(value, (int, float)):
+        return dt.datetime.fromtimestamp(value / 1000, tz=dt.UTC)
+    if isinstance(value, str):
+        try:
+            parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise Invalid(f"not an ISO-8601 timestamp: {value!r}") from None
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+    raise Invalid(f"expected a timestamp, got {type(value).__name__}")
+
+
+def _int_check(lo: int, hi: int) -> Callable[[Any], Any]:
+    def check(value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise Invalid(f"expected an integer, got {type(value).__name__}")
+        if not lo <= value <= hi:
+            raise Invalid(f"integer {value} out of range")
+        return value
+    return check
+
+
+def _converter(kind: DataType) -> Callable[[Any], Any]:
+    """A function that checks a JSON value against ``kind`` and returns it in Arrow's terms."""
+    if isinstance(kind, StringType):
+        def string(value: Any) -> Any:
+            if not isinstance(value, str):
+                raise Invalid(f"expected a string, got {type(value).__name__}")
+            return value
+        return string
+    if isinstance(kind, (ByteType, ShortType, IntegerType, LongType)):
+        bits = {ByteType: 8, ShortType: 16, IntegerType: 32, LongType: 64}[type(kind)]
+        return _int_check(-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+    if isinstance(kind, (DoubleType, FloatType)):
+        def number(value: Any) -> Any:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise Invalid(f"expected a number, got {type(value).__name__}")
+            return float(value)
+        return number
+    if isinstance(kind, BooleanType):
+        def boolean(value: Any) -> Any:
+            if not isinstance(value, bool):
+                raise Invalid(f"expected a boolean, got {type(value).__name__}")
+            return value
+        return boolean
+    if isinstance(kind, TimestampType):
+        return _timestamp
+    if isinstance(kind, DateType):
+        def date(value: Any) -> Any:
+            try:
+                return dt.date.fromisoformat(value)
+            except (TypeError, ValueError):
+                raise Invalid(f"not an ISO-8601 date: {value!r}") from None
+        return date
+    if isinstance(kind, DecimalType):
+        def decimal(value: Any) -> Any:
+            if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+                raise Invalid(f"expected a decimal, got {type(value).__name__}")
+            try:
+                return Decimal(str(value)).quantize(Decimal(1).scaleb(-kind.scale))
+            except InvalidOperation:
+                raise Invalid(f"not a decimal: {value!r}") from None
+        return decimal
+    if isinstance(kind, ArrayType):
+        element = _nullable(_converter(kind.elementType), kind.containsNull)
+
+        def array(value: Any) -> Any:
+            if not isinstance(value, list):
+                raise Invalid(f"expected an array, got {type(value).__name__}")
+            return [element(v) for v in value]
+        return array
+    if isinstance(kind, MapType):
+        mapped = _nullable(_converter(kind.valueType), kind.valueContainsNull)
+
+        def mapping(value: Any) -> Any:
+            if not isinstance(value, dict):
+                raise Invalid(f"expected an object, got {type(value).__name__}")
+            return [(k, mapped(v)) for k, v in value.items()]
+        return mapping
+    if isinstance(kind, StructType):
+        return _struct(kind)
+    raise OptionError(f"valueSchema type {kind.simpleString()} is not supported")
+
+
+def _nullable(convert: Callable[[Any], Any], nullable: bool) -> Callable[[Any], Any]:
+    def check(value: Any) -> Any:
+        if value is None:
+            if not nullable:
+                raise Invalid("null where a value is required")
+            return None
+        return convert(value)
+    return check
+
+
+def _struct(kind: StructType) -> Callable[[Any], Any]:
+    fields = [(f.name, _nullable(_converter(f.dataType), f.nullable)) for f in kind.fields]
+
+    def struct(value: Any) -> Any:
+        if not isinstance(value, dict):
+            raise Invalid(f"expected a JSON object, got {type(value).__name__}")
+        out = {}
+        for name, convert in fields:
+            try:
+                out[name] = convert(value.get(name))
+            except Invalid as e:
+                raise Invalid(f"field {name!r}: {e}") from None
+        return out
+    return struct
+
+
+class EventParser:
+    """Turns raw source batches into typed batches plus dead letters. Built in the task."""
+
+    def __init__(self, spec: EventSpec) -> None:
+        self.spec = spec
+        schema = spec.schema
+        self.names = schema.fieldNames()
+        self.parse_row = _struct(schema)
+        self.out_schema = to_arrow_schema(spec.output_schema())
+        self.event_time_field = spec.event_time
+
+    def parse(self, raw: pa.RecordBatch
+              ) -> tuple[pa.RecordBatch, list[tuple[bytes | None, bytes | None, list[Any]]]]:
+        """Good rows as one Arrow batch; bad ones as (key, value, headers) dead letters."""
+        cols = raw.to_pydict()
+        rows: list[dict[str, Any]] = []
+        keep: list[int] = []
+        dead: list[tuple[bytes | None, bytes | None, list[Any]]] = []
+        for i, value in enumerate(cols["value"]):
+            try:
+                if value is None:
+                    raise Invalid("the record has no value")
+                try:
+                    doc = json.loads(value)
+                except ValueError as e:
+                    raise Invalid(f"not JSON: {e}") from None
+                row = self.parse_row(doc)
+                if row[self.event_time_field] is None:
+                    raise Invalid(f"no event time in field {self.event_time_field!r}")
+                row["event_time"] = _timestamp(row[self.event_time_field])
+            except Invalid as e:
+                dead.append((cols["key"][i], value, [
+                    ("headrace.error", str(e).encode()),
+                    ("headrace.source.topic", cols["topic"][i].encode()),
+                    ("headrace.source.partition", str(cols["partition"][i]).encode()),
+                    ("headrace.source.offset", str(cols["offset"][i]).encode()),
+                    ("headrace.source.timestamp",
+                     str(int(cols["timestamp"][i].timestamp() * 1000)).encode()),
+                ]))
+                continue
+            rows.append(row)
+            keep.append(i)
+        data: dict[str, list[Any]] = {name: [r[name] for r in rows] for name in self.names}
+        data["event_time"] = [r["event_time"] for r in rows]
+        for src, dst in (("key", "kafka_key"), ("topic", "kafka_topic"),
+                         ("partition", "kafka_partition"), ("offset", "kafka_offset"),
+                         ("timestamp", "kafka_timestamp")):
+            column = cols[src]
+            data[dst] = [column[i] for i in keep]
+        batch = pa.RecordBatch.from_pydict(
+            {f.name: data[f.name] for f in self.out_schema}, schema=self.out_schema)
+        return batch, dead
+
+
+def dead_letter_batches(dead: list[tuple[bytes | None, bytes | None, list[Any]]]
+                        ) -> Iterator[pa.RecordBatch]:
+    """Dead letters in the sink's input shape (key, value, headers)."""
+    header_type = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    yield pa.RecordBatch.from_arrays(
+        [pa.array([d[0] for d in dead], pa.binary()),
+         pa.array([d[1] for d in dead], pa.binary()),
+         pa.array([[{"key": k, "value": v} for k, v in d[2]] for d in dead], header_type)],
+        names=["key", "value", "headers"])
+
+
+def read_events(spark: SparkSession, topic: str, schema: StructType | str, *,
+                event_time: str, dead_letter_topic: str, streaming: bool = True,
+                **options: str) -> DataFrame:
+    """A (streaming, by default) DataFrame of typed events from JSON values of ``topic``.
+
+    ``options`` are the source's (``kafka_bootstrap_servers=...`` may be spelled with
+    underscores for ``kafka.bootstrap.servers``; any ``kafka.*`` works the same way).
+    Requires ``headrace.spark.register(spark)`` first.
+    """
+    text = schema.json() if isinstance(schema, StructType) else schema
+    event_spec(text, event_time, dead_letter_topic)  # fail here, not in the planner
+    reader = spark.readStream if streaming else spark.read
+    fmt = reader.format("headrace").option("subscribe", topic).option("valueSchema", text) \
+        .option("eventTime", event_time).option("deadLetterTopic", dead_letter_topic)
+    for name, value in options.items():
+        key = name.replace("_", ".") if name.startswith("kafka_") else name
+        fmt = fmt.option(key, value)
+    return fmt.load()

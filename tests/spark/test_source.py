@@ -1,0 +1,230 @@
+"""format("headrace") as a source: exact row sets for every way to start and end, admission
+control, resuming from a checkpoint, new partitions, isolation levels and bad options."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewPartitions
+from pyspark.sql import DataFrame, SparkSession
+
+from headrace.testing import EmbeddedBroker
+from tests.spark.kafka_helpers import create_topic, produce
+
+pytestmark = pytest.mark.spark
+
+
+def source(spark: SparkSession, broker: EmbeddedBroker, streaming: bool = False,
+           **options: str) -> DataFrame:
+    reader = (spark.readStream if streaming else spark.read).format("headrace") \
+        .option("kafka.bootstrap.servers", broker.bootstrap_servers)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()
+
+
+def rows_of(df: DataFrame) -> set[tuple[Any, ...]]:
+    return {(r.partition, r.offset, r.key, r.value) for r in df.collect()}
+
+
+def expected(rows: list[tuple[Any, ...]], placed: list[tuple[int, int]],
+             keep: Any = lambda p, o: True) -> set[tuple[Any, ...]]:
+    return {(p, o, r[0], r[1]) for r, (p, o) in zip(rows, placed, strict=True) if keep(p, o)}
+
+
+@pytest.fixture
+def three_partitions(broker: EmbeddedBroker, topic_name: str
+                     ) -> tuple[str, list[tuple[Any, ...]], list[tuple[int, int]]]:
+    create_topic(broker.bootstrap_servers, topic_name, 3)
+    rows = [(f"k{i}".encode(), f"v{i}".encode(), i % 3, 1_000_000 + i * 10) for i in range(300)]
+    return topic_name, rows, produce(broker.bootstrap_servers, topic_name, rows)
+
+
+def test_batch_read_earliest_has_every_record_and_kafka_columns(
+        spark: SparkSession, broker: EmbeddedBroker, three_partitions: Any) -> None:
+    topic, rows, placed = three_partitions
+    df = source(spark, broker, subscribe=topic)
+    assert df.columns == ["key", "value", "topic", "partition", "offset", "timestamp",
+                          "timestampType"]
+    assert rows_of(df) == expected(rows, placed)
+    first = df.where("partition = 1 and offset = 0").collect()[0]
+    assert first.topic == topic and first.timestampType == 0
+    assert int(first.timestamp.timestamp() * 1000) == 1_000_000 + 10
+
+
+def test_batch_read_json_start_and_end(spark: SparkSession, broker: EmbeddedBroker,
+                                       three_partitions: Any) -> None:
+    topic, rows, placed = three_partitions
+    df = source(spark, broker, subscribe=topic,
+                startingOffsets=json.dumps({topic: {"0": 10, "1": -2, "2": 95}}),
+                endingOffsets=json.dumps({topic: {"0": 20, "1": 5, "2": -1}}))
+    window = {0: (10, 20), 1: (0, 5), 2: (95, 100)}
+    assert rows_of(df) == expected(rows, placed,
+                                   lambda p, o: window[p][0] <= o < window[p][1])
+
+
+def test_batch_read_from_timestamp(spark: SparkSession, broker: EmbeddedBroker,
+                                   three_partitions: Any) -> None:
+    topic, rows, placed = three_partitions
+    cut = 1_000_000 + 150 * 10 + 5  # between row 150 and row 151
+    df = source(spark, broker, subscribe=topic, startingTimestamp=str(cut))
+    ts = {pl: r[3] for r, pl in zip(rows, placed, strict=True)}
+    assert rows_of(df) == expected(rows, placed, lambda p, o: ts[(p, o)] >= cut)
+    by_partition = source(spark, broker, subscribe=topic, startingOffsetsByTimestamp=json.dumps(
+        {topic: {"0": cut, "1": 0, "2": 10**15}}), startingOffsetsByTimestampStrategy="latest")
+    assert rows_of(by_partition) == expected(
+        rows, placed, lambda p, o: p == 1 or (p == 0 and ts[(p, o)] >= cut))
+
+
+def test_timestamp_with_no_record_fails_by_default(spark: SparkSession, broker: EmbeddedBroker,
+                                                    three_partitions: Any) -> None:
+    topic, _, _ = three_partitions
+    with pytest.raises(Exception, match="no record at or after timestamp"):
+        source(spark, broker, subscribe=topic, startingTimestamp=str(10**15)).collect()
+
+
+def test_assign_and_pattern(spark: SparkSession, broker: EmbeddedBroker,
+                            three_partitions: Any) -> None:
+    topic, rows, placed = three_partitions
+    assigned = source(spark, broker, assign=json.dumps({topic: [0, 2]}))
+    assert rows_of(assigned) == expected(rows, placed, lambda p, o: p != 1)
+    pattern = source(spark, broker, subscribePattern=topic[:-8] + ".*")
+    assert rows_of(pattern) == expected(rows, placed)
+
+
+def test_headers_column(spark: SparkSession, broker: EmbeddedBroker, topic_name: str) -> None:
+    p = Producer({"bootstrap.servers": broker.bootstrap_servers})
+    p.produce(topic_name, value=b"v", headers=[("a", b"1"), ("b", None), ("a", b"2")])
+    p.flush(10)
+    row = source(spark, broker, subscribe=topic_name, includeHeaders="true").collect()[0]
+    assert [(h.key, h.value) for h in row.headers] == [("a", b"1"), ("b", None), ("a", b"2")]
+
+
+def test_read_committed_hides_aborted_records(spark: SparkSession, broker: EmbeddedBroker,
+                                              topic_name: str) -> None:
+    create_topic(broker.bootstrap_servers, topic_name)
+    p = Producer({"bootstrap.servers": broker.bootstrap_servers,
+                  "transactional.id": f"t-{topic_name}"})
+    p.init_transactions(10)
+    for outcome in ("commit", "abort", "commit"):
+        p.begin_transaction()
+        for i in range(5):
+            p.produce(topic_name, value=f"{outcome}-{i}".encode())
+        p.flush(10)
+        (p.commit_transaction if outcome == "commit" else p.abort_transaction)(10)
+    committed = [r.value for r in source(spark, broker, subscribe=topic_name).collect()]
+    assert sorted(committed) == sorted([f"commit-{i}".encode() for i in range(5)] * 2)
+    everything = source(spark, broker, subscribe=topic_name, **{"isolation.level":
+                                                                "read_uncommitted"})
+    assert everything.count() == 15
+
+
+def run_available_now(df: DataFrame, checkpoint: Path, out: list[Any]) -> list[dict[str, Any]]:
+    """Run ``df`` with availableNow into ``out`` (a foreachBatch collector); progress list."""
+    def collect(batch: DataFrame, batch_id: int) -> None:
+        out.extend((r.partition, r.offset, r.key, r.value) for r in batch.collect())
+
+    q = df.writeStream.foreachBatch(collect).option("checkpointLocation", str(checkpoint)) \
+        .trigger(availableNow=True).start()
+    q.awaitTermination(120)
+    assert q.exception() is None, q.exception()
+    return [p for p in q.recentProgress if p["numInputRows"] > 0]
+
+
+def test_stream_latest_then_resume_from_checkpoint(spark: SparkSession, broker: EmbeddedBroker,
+                                                   three_partitions: Any,
+                                                   tmp_path: Path) -> None:
+    topic, _, _ = three_partitions
+    got: list[Any] = []
+    stream = source(spark, broker, streaming=True, subscribe=topic)  # latest by default
+    run_available_now(stream, tmp_path / "cp", got)
+    assert got == []
+    more = [(f"n{i}".encode(), f"new{i}".encode(), i % 3) for i in range(30)]
+    placed = produce(broker.bootstrap_servers, topic, more)
+    run_available_now(stream, tmp_path / "cp", got)
+    assert sorted(got) == sorted(expected(more, placed))
+    run_available_now(stream, tmp_path / "cp", got)
+    assert len(got) == 30  # nothing read twice
+
+
+def test_max_offsets_per_trigger_bounds_every_batch(spark: SparkSession, broker: EmbeddedBroker,
+                                                    three_partitions: Any,
+                                                    tmp_path: Path) -> None:
+    topic, rows, placed = three_partitions
+    got: list[Any] = []
+    stream = source(spark, broker, streaming=True, subscribe=topic, startingOffsets="earliest",
+                    maxOffsetsPerTrigger="70")
+    progress = run_available_now(stream, tmp_path / "cp", got)
+    assert [p["numInputRows"] for p in progress] == [70, 70, 70, 70, 20]
+    assert sorted(got) == sorted(expected(rows, placed))
+    latest = json.loads(progress[0]["sources"][0]["latestOffset"])
+    assert latest == {topic: {"0": 100, "1": 100, "2": 100}}
+
+
+def test_new_partitions_are_read_from_their_start(spark: SparkSession, broker: EmbeddedBroker,
+                                                  three_partitions: Any,
+                                                  tmp_path: Path) -> None:
+    topic, rows, placed = three_partitions
+    got: list[Any] = []
+    stream = source(spark, broker, streaming=True, subscribe=topic, startingOffsets="earliest")
+    run_available_now(stream, tmp_path / "cp", got)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    admin.create_partitions([NewPartitions(topic, 5)])[topic].result()
+    extra = [(b"x", f"late{i}".encode(), 3 + i % 2) for i in range(10)]
+    extra_placed = produce(broker.bootstrap_servers, topic, extra)
+    run_available_now(stream, tmp_path / "cp", got)
+    assert sorted(got) == sorted(expected(rows, placed) | expected(extra, extra_placed))
+
+
+def test_deleted_topic_is_data_loss(spark: SparkSession, broker: EmbeddedBroker,
+                                    three_partitions: Any, tmp_path: Path) -> None:
+    topic, _, _ = three_partitions
+    other = topic + "-other"
+    create_topic(broker.bootstrap_servers, other)
+    got: list[Any] = []
+    for fail, cp in (("true", "strict"), ("false", "lenient")):
+        stream = source(spark, broker, streaming=True, subscribe=f"{topic},{other}",
+                        startingOffsets="earliest", failOnDataLoss=fail)
+        run_available_now(stream, tmp_path / cp, got)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    admin.delete_topics([topic])[topic].result()
+    produce(broker.bootstrap_servers, other, [(None, b"after")])
+    strict = source(spark, broker, streaming=True, subscribe=f"{topic},{other}",
+                    failOnDataLoss="true")
+    q = strict.writeStream.foreachBatch(lambda b, i: None) \
+        .option("checkpointLocation", str(tmp_path / "strict")).trigger(availableNow=True).start()
+    with pytest.raises(Exception, match="no longer exist"):
+        q.awaitTermination(60)
+    got.clear()
+    lenient = source(spark, broker, streaming=True, subscribe=f"{topic},{other}",
+                     failOnDataLoss="false")
+    run_available_now(lenient, tmp_path / "lenient", got)
+    assert [r[3] for r in got] == [b"after"]
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"subscribe": "t"}, "kafka.bootstrap.servers"),
+    ({"kafka.bootstrap.servers": "x:1"}, "exactly one of"),
+    ({"kafka.bootstrap.servers": "x:1", "subscribe": "t", "assign": "{}"}, "exactly one of"),
+    ({"kafka.bootstrap.servers": "x:1", "subscribe": "t", "startingOffsets": "{bad"},
+     "startingoffsets"),
+    ({"kafka.bootstrap.servers": "x:1", "subscribe": "t", "maxOffsetsPerTrigger": "-5"},
+     "positive integer"),
+    ({"kafka.bootstrap.servers": "x:1", "subscribe": "t", "startingOfsets": "earliest"},
+     "unknown source option 'startingofsets'"),
+    ({"kafka.bootstrap.servers": "x:1", "subscribe": "t", "kafka.group.id": "g"},
+     "kafka.group.id"),
+    ({"kafka.bootstrap.servers": "x:1", "subscribe": "t", "failOnDataLoss": "maybe"},
+     "true or false"),
+])
+def test_bad_options_fail_with_a_clear_message(spark: SparkSession, options: dict[str, str],
+                                               message: str) -> None:
+    reader = spark.readStream.format("headrace")
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    with pytest.raises(Exception, match=message):
+        reader.load().writeStream.format("console").start().awaitTermination(30)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
@@ -52,8 +54,10 @@ def read_all(bootstrap: str, topic: str, read_committed: bool = True,
         consumer.assign([TopicPartition(topic, p, 0) for p in parts])
         out: list[Any] = []
         eof: set[int] = set()
+        deadline = time.monotonic() + timeout
         while len(eof) < len(parts):
-            for m in consumer.consume(1000, timeout=timeout):
+            assert time.monotonic() < deadline, f"{topic}: no end of partition in {timeout} s"
+            for m in consumer.consume(1000, timeout=0.2):
                 if m.error():
                     assert m.error().code() == KafkaError._PARTITION_EOF, m.error()
                     eof.add(m.partition())
@@ -62,3 +66,12 @@ def read_all(bootstrap: str, topic: str, read_committed: bool = True,
         return out
     finally:
         consumer.close()
+
+
+def forget_last_commit(checkpoint: Path) -> None:
+    """Make Spark believe the last micro-batch never committed, as after a crash between
+    the tasks' writes and the commit log entry: it replays that batch on restart."""
+    commits = checkpoint / "commits"
+    last = max((p for p in commits.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    last.unlink()
+    (commits / f".{last.name}.crc").unlink(missing_ok=True)

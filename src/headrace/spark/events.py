@@ -24,6 +24,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import pyarrow as pa
+from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
@@ -99,6 +100,10 @@ def event_spec(schema_text: str, event_time: str, dead_letter_topic: str) -> Eve
                   .startswith("{") else _ddl(schema_text))
     except OptionError:
         raise
+    except PySparkRuntimeError as e:
+        # Data source options are read in a Python worker, which has no JVM to parse DDL.
+        raise OptionError("option 'valueSchema' must be a StructType's JSON (schema.json()); "
+                          "read_events also takes DDL") from e
     except Exception as e:  # Spark raises several error types for a bad DDL string
         raise OptionError(f"option 'valueSchema' is not a schema: {e}") from e
     if event_time not in schema.fieldNames():
@@ -239,7 +244,7 @@ class EventParser:
         schema = spec.schema
         self.names = schema.fieldNames()
         self.parse_row = _struct(schema)
-        self.out_schema = to_arrow_schema(spec.output_schema())
+        self.out_schema = to_arrow_schema(spec.output_schema(), timezone="UTC")
         self.event_time_field = spec.event_time
 
     def parse(self, raw: pa.RecordBatch
@@ -305,7 +310,8 @@ def read_events(spark: SparkSession, topic: str, schema: StructType | str, *,
     underscores for ``kafka.bootstrap.servers``; any ``kafka.*`` works the same way).
     Requires ``headrace.spark.register(spark)`` first.
     """
-    text = schema.json() if isinstance(schema, StructType) else schema
+    # DDL is parsed here, on the driver: the data source's own process has no JVM.
+    text = (schema if isinstance(schema, StructType) else _ddl(schema)).json()
     event_spec(text, event_time, dead_letter_topic)  # fail here, not in the planner
     reader = spark.readStream if streaming else spark.read
     fmt = reader.format("headrace").option("subscribe", topic).option("valueSchema", text) \

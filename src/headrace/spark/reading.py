@@ -156,7 +156,10 @@ def _read(consumer: Consumer, opts: SourceOptions, rng: OffsetRange) -> Iterator
     timeout = opts.poll_timeout_ms / 1000
     deadline = time.monotonic() + timeout
     while position < end:
-        messages: list[Any] = consumer.consume(num_messages=10_000, timeout=0.5)
+        # consume() returns early only once it has num_messages, so never ask for more
+        # than the range can still hold; gaps (markers, compaction) cost one short wait.
+        messages: list[Any] = consumer.consume(num_messages=min(10_000, end - position),
+                                               timeout=0.1)
         if not messages:
             if time.monotonic() > deadline:
                 raise SparkConnectorError(

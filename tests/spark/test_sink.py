@@ -1,0 +1,115 @@
+"""format("headrace") as a sink: columns, routing, both delivery modes, and the exactly-once
+protocol skipping a micro-batch Spark replays after a restart.
+
+At-least-once (``delivery=at-least-once``) is documented as such: a task that runs again
+writes its rows again. The kill -9 tests of exactly-once live in test_exactly_once_crash.py.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+
+from headrace.testing import EmbeddedBroker
+from tests.spark.kafka_helpers import create_topic, forget_last_commit, produce, read_all
+
+pytestmark = pytest.mark.spark
+
+
+def sink(df: DataFrame, broker: EmbeddedBroker, **options: str) -> None:
+    writer = df.write.format("headrace").option("kafka.bootstrap.servers",
+                                                broker.bootstrap_servers)
+    for k, v in options.items():
+        writer = writer.option(k, v)
+    writer.mode("append").save()
+
+
+@pytest.mark.parametrize("delivery", ["exactly-once", "at-least-once"])
+def test_batch_write_keys_values_headers_partitions(spark: SparkSession, broker: EmbeddedBroker,
+                                                    topic_name: str, delivery: str) -> None:
+    create_topic(broker.bootstrap_servers, topic_name, 4)
+    df = spark.createDataFrame(
+        [(f"k{i}", f"value-{i}".encode(), i % 4, [("src", b"test"), ("i", str(i).encode())])
+         for i in range(200)],
+        "key string, value binary, partition int, headers array<struct<key:string,value:binary>>")
+    sink(df, broker, topic=topic_name, delivery=delivery)
+    got = read_all(broker.bootstrap_servers, topic_name)
+    assert sorted((m.key(), m.value(), m.partition(), tuple(m.headers())) for m in got) == sorted(
+        (f"k{i}".encode(), f"value-{i}".encode(), i % 4, (("src", b"test"), ("i", str(i).encode())))
+        for i in range(200))
+
+
+def test_topic_column_routes_rows(spark: SparkSession, broker: EmbeddedBroker,
+                                  topic_name: str) -> None:
+    a, b = topic_name + "-a", topic_name + "-b"
+    create_topic(broker.bootstrap_servers, a)
+    create_topic(broker.bootstrap_servers, b)
+    df = spark.createDataFrame([(a if i % 3 else b, f"v{i}") for i in range(30)],
+                               "topic string, value string")
+    sink(df, broker)
+    assert sorted(m.value() for m in read_all(broker.bootstrap_servers, a)) == sorted(
+        f"v{i}".encode() for i in range(30) if i % 3)
+    assert len(read_all(broker.bootstrap_servers, b)) == 10
+
+
+@pytest.mark.parametrize(("schema", "options", "message"), [
+    ("key string", {"topic": "t"}, "needs a 'value' column"),
+    ("value string", {}, "option 'topic' or a 'topic' column"),
+    ("value int", {"topic": "t"}, "must be string or binary"),
+    ("value string", {"topic": "t", "delivery": "twice"}, "exactly-once or at-least-once"),
+])
+def test_bad_sink_input_fails_clearly(spark: SparkSession, broker: EmbeddedBroker,
+                                      schema: str, options: dict[str, str], message: str) -> None:
+    df = spark.createDataFrame([], schema)
+    with pytest.raises(Exception, match=message):
+        sink(df, broker, **options)
+
+
+def _stream_copy(spark: SparkSession, broker: EmbeddedBroker, source_topic: str, out: str,
+                 checkpoint: Path, delivery: str = "exactly-once") -> None:
+    q = (spark.readStream.format("headrace")
+         .option("kafka.bootstrap.servers", broker.bootstrap_servers)
+         .option("subscribe", source_topic).option("startingOffsets", "earliest")
+         .option("maxOffsetsPerTrigger", "40").load()
+         .selectExpr("key", "concat(value, '!') as value")
+         .writeStream.format("headrace")
+         .option("kafka.bootstrap.servers", broker.bootstrap_servers)
+         .option("topic", out).option("delivery", delivery)
+         .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+    q.awaitTermination(120)
+    assert q.exception() is None, q.exception()
+
+
+@pytest.mark.parametrize(("delivery", "duplicates"), [("exactly-once", 0),
+                                                     ("at-least-once", 40)])
+def test_replayed_micro_batch(spark: SparkSession, broker: EmbeddedBroker, topic_name: str,
+                              tmp_path: Path, delivery: str, duplicates: int) -> None:
+    src, out = topic_name + "-in", topic_name + "-out"
+    create_topic(broker.bootstrap_servers, src, 2)
+    create_topic(broker.bootstrap_servers, out, 3)
+    produce(broker.bootstrap_servers, src, [(f"k{i}".encode(), f"v{i}".encode())
+                                            for i in range(200)])
+    _stream_copy(spark, broker, src, out, tmp_path / "cp", delivery)
+    assert len(read_all(broker.bootstrap_servers, out)) == 200
+    forget_last_commit(tmp_path / "cp")
+    _stream_copy(spark, broker, src, out, tmp_path / "cp", delivery)
+    values: list[Any] = [m.value() for m in read_all(broker.bootstrap_servers, out)]
+    assert len(values) == 200 + duplicates
+    assert set(values) == {f"v{i}!".encode() for i in range(200)}
+
+
+def test_restart_after_lost_checkpoint_offsets_is_new_output(
+        spark: SparkSession, broker: EmbeddedBroker, topic_name: str, tmp_path: Path) -> None:
+    """A new checkpoint is a new query (new id): it writes again, as Spark's contract says."""
+    src, out = topic_name + "-in", topic_name + "-out"
+    create_topic(broker.bootstrap_servers, src)
+    create_topic(broker.bootstrap_servers, out)
+    produce(broker.bootstrap_servers, src, [(None, b"x")] * 10)
+    _stream_copy(spark, broker, src, out, tmp_path / "cp")
+    shutil.rmtree(tmp_path / "cp")
+    _stream_copy(spark, broker, src, out, tmp_path / "cp")
+    assert len(read_all(broker.bootstrap_servers, out)) == 20

@@ -1,0 +1,49 @@
+"""Event-time toolkit on Spark Structured Streaming.
+
+Windows (tumbling, hopping, session, per-event sliding) with a watermark, allowed lateness
+and a late-data side output (``windowed``); lateness measured from the log
+(``lateness_profile``); joins (``interval_join``, ``latest_join``, ``temporal_join``);
+dead letters for processing errors (``with_dead_letters``). Everything composes with plain
+PySpark DataFrames and writes through ``format("headrace")``.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import SparkSession
+
+from headrace.streaming.aggregates import (
+    Agg,
+    approx_distinct,
+    avg_of,
+    count,
+    max_of,
+    min_of,
+    sum_of,
+)
+from headrace.streaming.errors import SpecError, StreamingError
+from headrace.streaming.windows import (
+    Window,
+    hopping,
+    late_events,
+    results,
+    session,
+    sliding,
+    to_topics,
+    tumbling,
+    windowed,
+    with_spark_watermark,
+)
+
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+__all__ = ["Agg", "SpecError", "StreamingError", "Window", "approx_distinct", "avg_of",
+           "configure", "count", "hopping", "late_events", "max_of", "min_of", "results",
+           "session", "sliding", "sum_of", "to_topics", "tumbling", "windowed",
+           "with_spark_watermark"]
+
+
+def configure(spark: SparkSession) -> None:
+    """Session settings the toolkit needs: the RocksDB state store (transformWithState
+    requires it) and UTC session time. Call before starting a query."""
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+    spark.conf.set("spark.sql.session.timeZone", "UTC")

@@ -1,0 +1,169 @@
+"""Event-time windows with allowed lateness and a late-data side output, on transformWithState.
+
+``windowed(df, keys=..., event_time=..., window=tumbling("10 minutes"), aggs=[count()],
+watermark="5 minutes", allowed_lateness="2 minutes", emit="final")`` returns one stream of
+rows told apart by ``kind``:
+
+- ``result``: a window's aggregates. With ``emit="final"`` a window is emitted once the
+  watermark reaches its end (``final`` true), and again, updated, for each batch of late
+  events that arrive while the watermark is at most ``end + allowed_lateness`` (Flink's
+  late firings; seed 000's worked example 2). With ``emit="updates"`` every batch that
+  changes a window emits it (``final`` false until the watermark passes its end).
+- ``retract``: a session window emitted earlier that a later event merged into a bigger
+  one; its values are the ones emitted before.
+- ``late``: an event whose every window is past ``end + allowed_lateness`` — Spark would
+  drop it silently; here it comes out with ``lateness_ms`` (watermark minus event time)
+  and the event as JSON, so it can go to a side-output topic and be counted.
+
+The watermark is Spark's own: the maximum event time seen in earlier micro-batches minus
+the ``watermark`` delay, the same for all keys. State per key and window is evicted when
+the watermark passes ``end + allowed_lateness``, so it stays bounded.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructField, StructType
+
+from headrace.streaming.aggregates import Agg
+from headrace.streaming.errors import SpecError
+from headrace.streaming.timeutil import duration_ms
+
+HIDDEN_WATERMARK = "__headrace_watermark"
+
+
+@dataclass(frozen=True)
+class Window:
+    """``kind`` is tumbling, hopping, session or sliding (one window per event, ending at it:
+    Kafka Streams' sliding windows); sizes in milliseconds."""
+
+    kind: str
+    size_ms: int
+    slide_ms: int = 0
+
+    def assign(self, t: int) -> list[tuple[int, int]]:
+        """The [start, end) windows an event at ``t`` belongs to (tumbling and hopping)."""
+        if self.kind == "tumbling":
+            start = t - t % self.size_ms
+            return [(start, start + self.size_ms)]
+        last = t - t % self.slide_ms
+        return [(s, s + self.size_ms) for s in range(last, t - self.size_ms, -self.slide_ms)]
+
+
+def tumbling(size: str | int | dt.timedelta) -> Window:
+    return Window("tumbling", duration_ms(size))
+
+
+def hopping(size: str | int | dt.timedelta, slide: str | int | dt.timedelta) -> Window:
+    size_ms, slide_ms = duration_ms(size), duration_ms(slide)
+    if slide_ms > size_ms:
+        raise SpecError("a hopping window's slide must not exceed its size")
+    return Window("hopping", size_ms, slide_ms)
+
+
+def session(gap: str | int | dt.timedelta) -> Window:
+    return Window("session", duration_ms(gap))
+
+
+def sliding(size: str | int | dt.timedelta) -> Window:
+    """One window per event covering ``[t - size, t]``, as in "more than 3 failed logins
+    within 10 minutes of each other"."""
+    return Window("sliding", duration_ms(size))
+
+
+@dataclass(frozen=True)
+class WindowedSpec:
+    keys: tuple[str, ...]
+    event_time: str
+    window: Window
+    aggs: tuple[Agg, ...]
+    allowed_lateness_ms: int
+    emit: str
+
+
+def output_schema(df: DataFrame, spec: WindowedSpec) -> StructType:
+    fields = [StructField("kind", StringType())]
+    fields += [df.schema[k] for k in spec.keys]
+    schema = StructType(fields)
+    schema = schema.add("window_start", "timestamp").add("window_end", "timestamp")
+    for a in spec.aggs:
+        schema = schema.add(a.name, a.spark_type)
+    return (schema.add("final", "boolean").add("event_time", "timestamp")
+            .add("lateness_ms", "long").add("event", "string"))
+
+
+def windowed(df: DataFrame, *, keys: list[str] | tuple[str, ...], event_time: str,
+             window: Window, aggs: list[Agg] | tuple[Agg, ...],
+             watermark: str | int | dt.timedelta,
+             allowed_lateness: str | int | dt.timedelta = 0, emit: str = "final") -> DataFrame:
+    """Window ``df`` (a stream without a watermark of its own) by event time per ``keys``.
+
+    Raises ``SpecError`` for an unknown column, duplicate output names or a bad ``emit``.
+    Needs the RocksDB state store (``headrace.streaming.configure(spark)``).
+    """
+    from headrace.streaming.processor import WindowProcessor
+
+    if emit not in ("final", "updates"):
+        raise SpecError(f"emit must be 'final' or 'updates', got {emit!r}")
+    missing = [c for c in (*keys, event_time, *(a.column for a in aggs if a.column))
+               if c not in df.columns]
+    if missing:
+        raise SpecError(f"columns {missing} are not in the stream ({', '.join(df.columns)})")
+    names = [a.name for a in aggs]
+    reserved = {"kind", "window_start", "window_end", "final", "event_time", "lateness_ms",
+                "event", *keys}
+    if len(set(names)) != len(names) or reserved & set(names):
+        raise SpecError(f"aggregate names {names} repeat or clash with output columns")
+    spec = WindowedSpec(tuple(keys), event_time, window, tuple(aggs),
+                        duration_ms(allowed_lateness), emit)
+    marked = with_spark_watermark(df, event_time, watermark)
+    return marked.groupBy(*keys).transformWithState(
+        WindowProcessor(spec), output_schema(df, spec), "Append", "EventTime")
+
+
+def with_spark_watermark(df: DataFrame, event_time: str,
+                         delay: str | int | dt.timedelta) -> DataFrame:
+    """Give ``df`` Spark's watermark on a hidden copy of ``event_time``, then drop the copy.
+
+    Spark's stateful operators drop rows behind the watermark of a column they see; with
+    the copy gone, transformWithState still gets the watermark (for timers) but receives
+    late rows too, which is what lets the toolkit send them to a side output.
+    """
+    return (df.withColumn(HIDDEN_WATERMARK, F.col(event_time))
+            .withWatermark(HIDDEN_WATERMARK, f"{duration_ms(delay)} milliseconds")
+            .drop(HIDDEN_WATERMARK))
+
+
+def results(out: DataFrame) -> DataFrame:
+    """The ``result`` rows of ``windowed``'s output, without the side-output columns."""
+    return out.where("kind = 'result'").drop("kind", "event_time", "lateness_ms", "event")
+
+
+def late_events(out: DataFrame) -> DataFrame:
+    """The ``late`` rows: event time, how far behind the watermark it came, the event."""
+    return out.where("kind = 'late'").select("event_time", "lateness_ms", "event")
+
+
+def to_topics(out: DataFrame, keys: list[str], results_topic: str,
+              late_topic: str) -> DataFrame:
+    """``windowed``'s output as (topic, key, value) rows for the headrace sink: results and
+    retractions to ``results_topic``, late events to ``late_topic`` — one query, both
+    exactly-once."""
+    key = F.to_json(F.struct(*keys))
+    payload = F.to_json(F.struct(*[c for c in out.columns if c not in ("event",)]))
+    return out.select(
+        F.when(F.col("kind") == "late", F.lit(late_topic)).otherwise(F.lit(results_topic))
+        .alias("topic"),
+        key.alias("key"),
+        F.when(F.col("kind") == "late", F.col("event")).otherwise(payload).alias("value"))
+
+
+def row_json(row: Any) -> str:
+    """An input row as JSON (late side output); timestamps as ISO-8601."""
+    return json.dumps(row.asDict(recursive=True), default=str, sort_keys=True)

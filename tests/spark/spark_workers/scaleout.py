@@ -1,0 +1,141 @@
+"""Jobs of ``format("headrace")`` on a Spark master given on the command line (the
+scale-out test runs it on ``local-cluster[2,1,1024]``: two executor JVMs of their own).
+
+Run from the repository root::
+
+    python -m tests.spark.spark_workers.scaleout --master 'local-cluster[2,1,1024]' \\
+        --plan plan.json --result result.json
+
+``plan.json`` is a list of jobs, run in order in one SparkSession (it takes ~20 s to
+start a local cluster, so one session serves every broker under test):
+
+- ``{"name": N, "kind": "batch_read", "bootstrap": B, "topic": T}``: reads ``T`` with
+  ``spark.read.format("headrace")``; the result has every row as
+  ``[partition, offset, key hex, value hex]`` and the executor JVMs that read them;
+- ``{"name": N, "kind": "stream_copy", "bootstrap": B, "topic": T, "output": O,
+  "delivery": D, "checkpoint": C}``: a streaming query ``T`` -> ``O`` (values upper-cased)
+  through the sink with ``delivery`` D, ``Trigger.AvailableNow``, at most
+  ``maxOffsetsPerTrigger`` (job key ``max_offsets``, default 1000) per micro-batch; the
+  result has the number of micro-batches and rows.
+
+Each job's result is ``{"ok": true, "seconds": S, ...}`` or ``{"ok": false, "error":
+traceback}``; ``result.json`` is rewritten after every job. Progress lines on stdout
+(``common.say``): ``session``, ``job <name>``, ``ok|failed <name>``, ``end``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+
+from tests.spark.spark_workers.common import build_session, say
+
+POLL_TIMEOUT_MS = "20000"
+STREAM_TIMEOUT_S = 120.0
+
+
+def executor_jvm(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Tags each row with the pid of the JVM whose Python worker read it (the worker's
+    parent is the PySpark daemon, whose parent is the executor JVM)."""
+    import psutil
+
+    jvm = psutil.Process(os.getppid()).ppid()
+    for batch in batches:
+        yield batch.append_column("jvm", pa.repeat(pa.scalar(jvm, pa.int32()),
+                                                   batch.num_rows))
+
+
+def batch_read(spark: SparkSession, job: dict[str, Any]) -> dict[str, Any]:
+    df = (spark.read.format("headrace")
+          .option("kafka.bootstrap.servers", job["bootstrap"])
+          .option("subscribe", job["topic"])
+          .option("kafkaConsumer.pollTimeoutMs", POLL_TIMEOUT_MS)
+          .load()
+          .select("partition", "offset", "key", "value"))
+    tagged = df.mapInArrow(executor_jvm, "partition int, offset long, key binary, "
+                                         "value binary, jvm int")
+    rows = tagged.collect()
+    return {"rows": [[r.partition, r.offset, r.key.hex() if r.key is not None else None,
+                      r.value.hex()] for r in rows],
+            "jvms": sorted({r.jvm for r in rows})}
+
+
+def stream_copy(spark: SparkSession, job: dict[str, Any]) -> dict[str, Any]:
+    query = (spark.readStream.format("headrace")
+             .option("kafka.bootstrap.servers", job["bootstrap"])
+             .option("subscribe", job["topic"])
+             .option("startingOffsets", "earliest")
+             .option("maxOffsetsPerTrigger", str(job.get("max_offsets", 1000)))
+             .option("kafkaConsumer.pollTimeoutMs", POLL_TIMEOUT_MS)
+             .load()
+             .selectExpr("key", "upper(cast(value as string)) as value")
+             .writeStream.format("headrace")
+             .option("kafka.bootstrap.servers", job["bootstrap"])
+             .option("topic", job["output"])
+             .option("delivery", job["delivery"])
+             .option("checkpointLocation", job["checkpoint"])
+             .trigger(availableNow=True)
+             .start())
+    if not query.awaitTermination(STREAM_TIMEOUT_S):
+        query.stop()
+        raise TimeoutError(f"the query did not finish within {STREAM_TIMEOUT_S} s; last "
+                           f"progress: {query.lastProgress}")
+    progress = query.recentProgress
+    return {"batches": len(progress), "rows": sum(p["numInputRows"] for p in progress)}
+
+
+JOBS = {"batch_read": batch_read, "stream_copy": stream_copy}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--master", default="local-cluster[2,1,1024]")
+    ap.add_argument("--plan", required=True, type=Path)
+    ap.add_argument("--result", required=True, type=Path)
+    args = ap.parse_args(argv)
+    plan: list[dict[str, Any]] = json.loads(args.plan.read_text())
+
+    t0 = time.monotonic()
+    spark = build_session(args.master, "headrace-scaleout")
+    results: dict[str, Any] = {"_session": {"ok": True, "seconds": time.monotonic() - t0,
+                                            "master": spark.sparkContext.master,
+                                            "driver_jvm": _driver_jvm(spark)}}
+    say("session")
+    for job in plan:
+        say(f"job {job['name']}")
+        t = time.monotonic()
+        try:
+            out = {"ok": True, **JOBS[job["kind"]](spark, job)}
+            say(f"ok {job['name']}")
+        except Exception:
+            out = {"ok": False, "error": traceback.format_exc()}
+            say(f"failed {job['name']}")
+        out["seconds"] = round(time.monotonic() - t, 2)
+        results[job["name"]] = out
+        args.result.write_text(json.dumps(results, indent=1))
+    say("end")
+    spark.stop()
+    return 0
+
+
+def _driver_jvm(spark: SparkSession) -> int:
+    """The pid of the driver's JVM (the py4j gateway process)."""
+    gateway = spark.sparkContext._gateway
+    assert gateway is not None
+    return int(gateway.jvm.ProcessHandle.current().pid())
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    os._exit(code)

@@ -29,30 +29,42 @@ def at(minutes: float) -> int:
 
 
 class StepRunner:
-    """``run(events)`` produces ``events`` (dicts) and returns the rows the query emitted."""
+    """``run(events)`` produces ``events`` (dicts) and returns the rows the query emitted.
 
-    def __init__(self, spark: SparkSession, broker: EmbeddedBroker, topic: str, schema: str,
-                 build: Callable[[DataFrame], DataFrame], checkpoint: Path,
-                 partitions: int = 1) -> None:
-        self.spark, self.broker, self.topic = spark, broker, topic
-        self.build, self.checkpoint = build, checkpoint
-        create_topic(broker.bootstrap_servers, topic, partitions)
-        self.source = read_events(spark, topic, schema, event_time="ts",
-                                  dead_letter_topic=topic + "-dlq",
-                                  kafka_bootstrap_servers=broker.bootstrap_servers,
-                                  startingOffsets="earliest")
+    ``topic`` and ``schema`` may be dicts (source name -> topic / schema) for queries over
+    several topics; ``build`` then gets a dict of source DataFrames and ``run`` a dict of
+    event lists.
+    """
+
+    def __init__(self, spark: SparkSession, broker: EmbeddedBroker, topic: str | dict[str, str],
+                 schema: str | dict[str, str], build: Callable[[Any], DataFrame],
+                 checkpoint: Path, partitions: int = 1, event_time: str = "ts") -> None:
+        self.spark, self.broker, self.build, self.checkpoint = spark, broker, build, checkpoint
+        self.single = isinstance(topic, str)
+        self.topics = {"_": topic} if isinstance(topic, str) else topic
+        schemas = {"_": schema} if isinstance(schema, str) else schema
+        self.sources = {}
+        for name, t in self.topics.items():
+            create_topic(broker.bootstrap_servers, t, partitions)
+            self.sources[name] = read_events(
+                spark, t, schemas[name], event_time=event_time, dead_letter_topic=t + "-dlq",
+                kafka_bootstrap_servers=broker.bootstrap_servers, startingOffsets="earliest")
         self.emitted: list[dict[str, Any]] = []
 
-    def run(self, events: list[dict[str, Any]], key: str = "k") -> list[dict[str, Any]]:
-        if events:
-            produce(self.broker.bootstrap_servers, self.topic,
-                    [(str(e.get(key, "")).encode(), json.dumps(e).encode()) for e in events])
+    def run(self, events: list[dict[str, Any]] | dict[str, list[dict[str, Any]]],
+            key: str = "k") -> list[dict[str, Any]]:
+        by_source = {"_": events} if isinstance(events, list) else events
+        for name, evs in by_source.items():
+            if evs:
+                produce(self.broker.bootstrap_servers, self.topics[name],
+                        [(str(e.get(key, "")).encode(), json.dumps(e).encode()) for e in evs])
         out: list[dict[str, Any]] = []
 
         def collect(batch: DataFrame, _: int) -> None:
             out.extend(r.asDict(recursive=True) for r in batch.collect())
 
-        q = self.build(self.source).writeStream.foreachBatch(collect) \
+        df = self.build(self.sources["_"] if self.single else self.sources)
+        q = df.writeStream.foreachBatch(collect) \
             .option("checkpointLocation", str(self.checkpoint)) \
             .trigger(availableNow=True).start()
         q.awaitTermination(180)

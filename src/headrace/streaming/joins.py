@@ -1,0 +1,293 @@
+"""Stream joins: interval (stream-stream), latest-value and temporal (stream-table), and a
+table-table join kept as a live view.
+
+- ``interval_join``: Spark's own stream-stream join with time bounds and watermarks on both
+  sides; inner or left outer (unmatched left rows come out once the watermark passes the
+  end of their interval). State is evicted by watermark.
+- ``latest_join``: each event joined with the table's current row for its key — the latest
+  update that arrived before it (within one micro-batch, updates are applied first).
+- ``temporal_join``: each event joined with the table row *valid at the event's time* (the
+  version with the greatest ``valid_from`` not after it), correct when table updates arrive
+  out of order: an event is held until the watermark passes its time, then joined. Events
+  already behind the watermark when they arrive are joined at once and flagged ``late``.
+- ``table_join``: two changelogs joined on a key into a materialized view; an update on
+  either side re-emits the joined rows it changes (a price change updates every order of
+  that product).
+
+The stream-table joins run on transformWithState over the union of both sides, grouped by
+the join key; table state keeps one row per key (latest) or the versions the watermark can
+still reach (temporal).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, Row
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.stateful_processor import (
+    ExpiredTimerInfo,
+    StatefulProcessor,
+    StatefulProcessorHandle,
+    TimerValues,
+)
+from pyspark.sql.types import (
+    BooleanType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from headrace.streaming.errors import SpecError
+from headrace.streaming.timeutil import duration_ms, from_ms
+from headrace.streaming.windows import with_spark_watermark
+
+_ONE_LONG = StructType([StructField("v", LongType())])
+_ONE_STRING = StructType([StructField("v", StringType())])
+
+
+def interval_join(left: DataFrame, right: DataFrame, *, on: list[str], left_time: str,
+                  right_time: str, lower: str | int | dt.timedelta,
+                  upper: str | int | dt.timedelta, left_watermark: str | int | dt.timedelta,
+                  right_watermark: str | int | dt.timedelta, how: str = "inner") -> DataFrame:
+    """Rows of ``left`` and ``right`` with equal ``on`` columns and
+    ``left_time + lower <= right_time <= left_time + upper``. Column names must not clash
+    apart from ``on``. ``how`` is ``inner`` or ``left_outer``."""
+    if how not in ("inner", "left_outer"):
+        raise SpecError(f"how must be inner or left_outer, got {how!r}")
+    clash = (set(left.columns) & set(right.columns)) - set(on)
+    if clash:
+        raise SpecError(f"columns {sorted(clash)} are on both sides; rename them first")
+    lo, hi = duration_ms(lower), duration_ms(upper)
+    lw = left.withWatermark(left_time, f"{duration_ms(left_watermark)} milliseconds")
+    rw = right.withWatermark(right_time, f"{duration_ms(right_watermark)} milliseconds")
+    r = rw.select(*[F.col(c).alias(f"__r_{c}") if c in on else F.col(c) for c in rw.columns])
+    cond: Column = F.lit(True)
+    for c in on:
+        cond = cond & (lw[c] == r[f"__r_{c}"])
+    cond = cond & (r[right_time] >= lw[left_time] + F.expr(f"INTERVAL {lo} MILLISECONDS")) \
+        & (r[right_time] <= lw[left_time] + F.expr(f"INTERVAL {hi} MILLISECONDS"))
+    joined = lw.join(r, cond, "leftouter" if how == "left_outer" else "inner")
+    return joined.drop(*[f"__r_{c}" for c in on])
+
+
+@dataclass(frozen=True)
+class _JoinSpec:
+    mode: str  # latest | temporal | table
+    key: tuple[str, ...]
+    left_fields: tuple[str, ...]
+    right_fields: tuple[str, ...]
+    left_pk: str | None = None
+
+
+def _tagged(df: DataFrame, side: str, key: list[str], time_col: str | None,
+            other: DataFrame) -> DataFrame:
+    """One side of a union: join key, time (ms), side tag, and both sides' structs (the
+    other side's null), so the two streams share one schema."""
+    own = F.struct(*[F.col(c) for c in df.columns])
+    none = F.lit(None).cast(StructType(list(other.schema.fields)))
+    t = (F.col(time_col).cast("double") * 1000).cast("long") if time_col else F.lit(0)
+    cols = [F.col(k) for k in key] + [t.alias("__t"), F.lit(side).alias("__side")]
+    if side == "L":
+        return df.select(*cols, own.alias("__left"), none.alias("__right"))
+    return df.select(*cols, none.alias("__left"), own.alias("__right"))
+
+
+def _row_dict(struct: Any) -> dict[str, Any]:
+    """A struct value of an input row (a Row or, from transformWithState, a dict)."""
+    if struct is None:
+        return {}
+    return dict(struct) if isinstance(struct, dict) else struct.asDict(recursive=True)
+
+
+def _dumps(d: Any) -> str:
+    return json.dumps(d, default=lambda v: v.isoformat() if hasattr(v, "isoformat") else str(v))
+
+
+class _JoinProcessor(StatefulProcessor):
+    """State: ``table`` (one JSON row, latest mode), ``versions`` (valid_from -> JSON row,
+    temporal), ``pending`` (event time -> JSON list of held events, temporal), ``left`` (left
+    primary key -> JSON row, table-table)."""
+
+    def __init__(self, spec: _JoinSpec, schemas: tuple[str, str]) -> None:
+        self.spec = spec
+        self.schemas = schemas
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.table = handle.getValueState("table", _ONE_STRING)
+        self.versions = handle.getMapState("versions", _ONE_LONG, _ONE_STRING)
+        self.pending = handle.getMapState("pending", _ONE_LONG, _ONE_STRING)
+        self.left = handle.getMapState("left", _ONE_STRING, _ONE_STRING)
+        self.left_schema = StructType.fromJson(json.loads(self.schemas[0]))
+        self.right_schema = StructType.fromJson(json.loads(self.schemas[1]))
+
+    def _out(self, key: tuple[Any, ...], left: dict[str, Any] | None,
+             right: dict[str, Any] | None, **extra: Any) -> Row:
+        data = dict(zip(self.spec.key, key, strict=True))
+        data["left"] = _revive(left, self.left_schema)
+        data["right"] = _revive(right, self.right_schema)
+        data.update(extra)
+        return Row(**data)
+
+    def handleInputRows(self, key: Any, rows: Iterator[Row],
+                        timerValues: TimerValues) -> Iterator[Row]:
+        key = tuple(key)
+        batch = list(rows)
+        tables = sorted((r for r in batch if r["__side"] == "R"), key=lambda r: r["__t"])
+        events = sorted((r for r in batch if r["__side"] == "L"), key=lambda r: r["__t"])
+        if self.spec.mode == "latest":
+            return iter(self._latest(key, tables, events))
+        if self.spec.mode == "temporal":
+            return iter(self._temporal(key, tables, events, timerValues))
+        return iter(self._table(key, tables, events))
+
+    def _latest(self, key: tuple[Any, ...], tables: list[Row], events: list[Row]) -> list[Row]:
+        for r in tables:
+            self.table.update((_dumps(_row_dict(r["__right"])),))
+        current = _loads(self.table.get()) if self.table.exists() else None
+        return [self._out(key, _row_dict(e["__left"]), current) for e in events]
+
+    def _temporal(self, key: tuple[Any, ...], tables: list[Row], events: list[Row],
+                  timers: TimerValues) -> list[Row]:
+        watermark = timers.getCurrentWatermarkInMs()
+        for r in tables:
+            self.versions.updateValue((r["__t"],), (_dumps(_row_dict(r["__right"])),))
+        out: list[Row] = []
+        for e in events:
+            t = e["__t"]
+            if watermark >= 0 and t <= watermark:
+                out.append(self._versioned(key, _row_dict(e["__left"]), t, late=True))
+                continue
+            held = _loads(self.pending.getValue((t,))) if self.pending.containsKey((t,)) else []
+            held.append(_row_dict(e["__left"]))
+            self.pending.updateValue((t,), (_dumps(held),))
+            self.handle.registerTimer(t)
+        return out
+
+    def _versioned(self, key: tuple[Any, ...], event: dict[str, Any], t: int,
+                   late: bool) -> Row:
+        stored = self.versions.keys()
+        valid = [v[0] for v in stored if v[0] <= t]
+        if not valid:
+            return self._out(key, event, None, valid_from=None, late=late)
+        since = max(valid)
+        row = _loads(self.versions.getValue((since,)))
+        return self._out(key, event, row, valid_from=from_ms(since), late=late)
+
+    def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
+                           expiredTimerInfo: ExpiredTimerInfo) -> Iterator[Row]:
+        key = tuple(key)
+        watermark = timerValues.getCurrentWatermarkInMs()
+        out: list[Row] = []
+        for (t,), (held,) in list(self.pending.iterator()):
+            if t <= watermark:
+                out.extend(self._versioned(key, ev, t, late=False) for ev in json.loads(held))
+                self.pending.removeKey((t,))
+        # Versions no event can reach any more: all but the newest one at or before the
+        # watermark (later events are after the watermark, or late and joined with it).
+        stored = self.versions.keys()
+        older = sorted(v[0] for v in stored if v[0] <= watermark)
+        for since in older[:-1]:
+            self.versions.removeKey((since,))
+        return iter(out)
+
+    def _table(self, key: tuple[Any, ...], tables: list[Row], events: list[Row]) -> list[Row]:
+        out: list[Row] = []
+        pk = self.spec.left_pk
+        assert pk is not None
+        current = _loads(self.table.get()) if self.table.exists() else None
+        changed_right = False
+        for r in tables:
+            current = _row_dict(r["__right"])
+            changed_right = True
+        if changed_right:
+            self.table.update((_dumps(current or {}),))
+        touched: dict[str, dict[str, Any]] = {}
+        for e in events:
+            left = _row_dict(e["__left"])
+            self.left.updateValue((str(left[pk]),), (_dumps(left),))
+            touched[str(left[pk])] = left
+        if changed_right:
+            touched = {k[0]: json.loads(v[0]) for k, v in self.left.iterator()}
+        for left in touched.values():
+            out.append(self._out(key, left, current))
+        return out
+
+
+def _loads(value: tuple[Any, ...] | None) -> Any:
+    assert value is not None
+    return json.loads(value[0])
+
+
+def _revive(d: dict[str, Any] | None, schema: StructType) -> Any:
+    """A JSON-decoded row back into Spark's types (timestamps were ISO strings)."""
+    if d is None:
+        return None
+    out: dict[str, Any] = {}
+    for f in schema.fields:
+        v = d.get(f.name)
+        if isinstance(v, str) and f.dataType.typeName() in ("timestamp", "timestamp_ntz"):
+            v = dt.datetime.fromisoformat(v)
+        elif isinstance(v, str) and f.dataType.typeName() == "date":
+            v = dt.date.fromisoformat(v)
+        out[f.name] = v
+    return Row(**out)
+
+
+def _join(left: DataFrame, right: DataFrame, spec: _JoinSpec, left_time: str | None,
+          right_time: str | None, watermark: str | int | dt.timedelta | None,
+          extra: list[StructField]) -> DataFrame:
+    key = list(spec.key)
+    for side, df in (("left", left), ("right", right)):
+        missing = [k for k in key if k not in df.columns]
+        if missing:
+            raise SpecError(f"join key {missing} is not in the {side} stream")
+    union = _tagged(left, "L", key, left_time, right).unionByName(
+        _tagged(right, "R", key, right_time, left))
+    schema = StructType([left.schema[k] for k in key]
+                        + [StructField("left", StructType(list(left.schema.fields))),
+                           StructField("right", StructType(list(right.schema.fields)))]
+                        + extra)
+    processor = _JoinProcessor(spec, (left.schema.json(), right.schema.json()))
+    if watermark is None:
+        return union.groupBy(*key).transformWithState(processor, schema, "Append", "None")
+    marked = union.withColumn("__wm", F.timestamp_millis(F.col("__t")))
+    marked = with_spark_watermark(marked, "__wm", watermark).drop("__wm")
+    return marked.groupBy(*key).transformWithState(processor, schema, "Append", "EventTime")
+
+
+def latest_join(events: DataFrame, table: DataFrame, *, on: list[str]) -> DataFrame:
+    """Each event with the table's latest row for its key (``right`` null if none yet).
+
+    ``table`` is a changelog stream (e.g. a compacted topic read with read_events). Output:
+    the key columns, ``left`` (the event) and ``right`` (the table row) as structs.
+    """
+    spec = _JoinSpec("latest", tuple(on), tuple(events.columns), tuple(table.columns))
+    return _join(events, table, spec, None, None, None, [])
+
+
+def temporal_join(events: DataFrame, table: DataFrame, *, on: list[str], event_time: str,
+                  valid_from: str, watermark: str | int | dt.timedelta) -> DataFrame:
+    """Each event with the table row valid at its ``event_time``: the version with the
+    greatest ``valid_from`` at or before it. Output adds ``valid_from`` and ``late``."""
+    spec = _JoinSpec("temporal", tuple(on), tuple(events.columns), tuple(table.columns))
+    return _join(events, table, spec, event_time, valid_from, watermark,
+                 [StructField("valid_from", TimestampType()),
+                  StructField("late", BooleanType())])
+
+
+def table_join(left: DataFrame, right: DataFrame, *, on: list[str],
+               left_key: str) -> DataFrame:
+    """A live view of ``left`` (e.g. orders, primary key ``left_key``) joined with ``right``
+    (e.g. products, keyed by ``on``). Every change re-emits the view rows it affects; read
+    the output as upserts keyed by ``left_key``. ``left``'s ``on`` value must not change for
+    a given ``left_key`` (re-keying needs a delete on the old key first)."""
+    spec = _JoinSpec("table", tuple(on), tuple(left.columns), tuple(right.columns), left_key)
+    return _join(left, right, spec, None, None, None, [])

@@ -1,0 +1,121 @@
+"""Joins: exact outputs step by step — latest value, temporal under out-of-order updates,
+table-table updates, and interval joins (when outer rows come out)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+
+from headrace.streaming.joins import interval_join, latest_join, table_join, temporal_join
+from headrace.streaming.timeutil import to_ms
+from headrace.testing import EmbeddedBroker
+from tests.streaming.harness import MINUTE, StepRunner, at
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def names(topic: str) -> dict[str, str]:
+    return {"events": topic + "-ev", "table": topic + "-tb"}
+
+
+def test_latest_join(spark: SparkSession, broker: EmbeddedBroker, topic_name: str,
+                     tmp_path: Path) -> None:
+    steps = StepRunner(
+        spark, broker, names(topic_name),
+        {"events": "k string, ts long, n long", "table": "k string, ts long, price double"},
+        lambda s: latest_join(s["events"].select("k", "n", "event_time"),
+                              s["table"].select("k", "price"), on=["k"]),
+        tmp_path / "cp")
+    out = steps.run({"table": [{"k": "a", "ts": at(0), "price": 1.0}],
+                     "events": [{"k": "a", "ts": at(1), "n": 1}]})
+    assert [(r["k"], r["left"]["n"], r["right"]["price"]) for r in out] == [("a", 1, 1.0)]
+    out = steps.run({"table": [{"k": "a", "ts": at(2), "price": 2.0}],
+                     "events": [{"k": "a", "ts": at(3), "n": 2}, {"k": "b", "ts": at(3), "n": 3}]})
+    assert sorted((r["k"], r["left"]["n"], r["right"] and r["right"]["price"]) for r in out) == [
+        ("a", 2, 2.0), ("b", 3, None)]
+
+
+def test_temporal_join_with_out_of_order_versions(spark: SparkSession, broker: EmbeddedBroker,
+                                                  topic_name: str, tmp_path: Path) -> None:
+    steps = StepRunner(
+        spark, broker, names(topic_name),
+        {"events": "k string, ts long, n long", "table": "k string, ts long, price double"},
+        lambda s: temporal_join(s["events"].select("k", "n", "event_time"),
+                                s["table"].select("k", "price", "event_time"), on=["k"],
+                                event_time="event_time", valid_from="event_time",
+                                watermark="10 minutes"),
+        tmp_path / "cp")
+    # Versions 10:00 and 10:20 arrive first; the event at 10:15 waits for the watermark.
+    assert steps.run({"table": [{"k": "a", "ts": at(0), "price": 1.0},
+                                {"k": "a", "ts": at(20), "price": 3.0}],
+                      "events": [{"k": "a", "ts": at(15), "n": 1}]}) == []
+    # The 10:10 version arrives after the 10:20 one, before the watermark passes 10:15;
+    # the event at 10:25 moves the watermark to 10:15, which releases the 10:15 event.
+    out = steps.run({"table": [{"k": "a", "ts": at(10), "price": 2.0}],
+                     "events": [{"k": "a", "ts": at(25), "n": 2}]})
+    assert [(r["left"]["n"], r["right"]["price"], (to_ms(r["valid_from"]) - at(0)) / MINUTE,
+             r["late"]) for r in out] == [(1, 2.0, 10.0, False)]
+    out = steps.run({"events": [{"k": "z", "ts": at(40), "n": 9}]})
+    assert [(r["left"]["n"], r["right"]["price"], (to_ms(r["valid_from"]) - at(0)) / MINUTE,
+             r["late"]) for r in out] == [(2, 3.0, 20.0, False)]
+
+
+def test_table_table_join_updates_the_view(spark: SparkSession, broker: EmbeddedBroker,
+                                           topic_name: str, tmp_path: Path) -> None:
+    steps = StepRunner(
+        spark, broker, {"orders": topic_name + "-o", "products": topic_name + "-p"},
+        {"orders": "k string, ts long, order_id string, qty long",
+         "products": "k string, ts long, price double"},
+        lambda s: table_join(s["orders"].select("k", "order_id", "qty"),
+                             s["products"].select("k", "price"), on=["k"], left_key="order_id"),
+        tmp_path / "cp")
+
+    def view(out: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        return sorted((r["left"]["order_id"], r["left"]["qty"],
+                       r["right"] and r["right"]["price"]) for r in out)
+
+    assert view(steps.run({"products": [{"k": "p1", "ts": 0, "price": 10.0}],
+                           "orders": [{"k": "p1", "ts": 0, "order_id": "o1", "qty": 2},
+                                      {"k": "p1", "ts": 0, "order_id": "o2", "qty": 1}]})) \
+        == [("o1", 2, 10.0), ("o2", 1, 10.0)]
+    assert view(steps.run({"products": [{"k": "p1", "ts": 1, "price": 12.0}]})) == [
+        ("o1", 2, 12.0), ("o2", 1, 12.0)]
+    assert view(steps.run({"orders": [{"k": "p1", "ts": 2, "order_id": "o1", "qty": 5}]})) == [
+        ("o1", 5, 12.0)]
+
+
+@pytest.mark.parametrize("how", ["inner", "left_outer"])
+def test_interval_join(spark: SparkSession, broker: EmbeddedBroker, topic_name: str,
+                       tmp_path: Path, how: str) -> None:
+    """Clicks within an hour of their impression; an unmatched impression comes out (left
+    outer) once the watermark passes its hour plus the click side's delay."""
+
+    def build(s: dict[str, DataFrame]) -> DataFrame:
+        imps = s["imps"].selectExpr("k as ad", "n as imp_id", "event_time as imp_time")
+        clicks = s["clicks"].selectExpr("k as click_ad", "n as click_id",
+                                        "event_time as click_time")
+        return interval_join(imps, clicks.withColumnRenamed("click_ad", "ad"), on=["ad"],
+                             left_time="imp_time", right_time="click_time", lower=0,
+                             upper="1 hour", left_watermark=0, right_watermark=0, how=how)
+
+    steps = StepRunner(spark, broker, {"imps": topic_name + "-i", "clicks": topic_name + "-c"},
+                       {"imps": "k string, ts long, n long", "clicks": "k string, ts long, n long"},
+                       build, tmp_path / "cp")
+
+    def pairs(out: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        return sorted((r["imp_id"], r["click_id"]) for r in out)
+
+    assert pairs(steps.run({"imps": [{"k": "ad1", "ts": at(0), "n": 1},
+                                     {"k": "ad2", "ts": at(5), "n": 2}],
+                            "clicks": [{"k": "ad1", "ts": at(30), "n": 10},
+                                       {"k": "ad2", "ts": at(70), "n": 20}]})) == [(1, 10)]
+    # Spark's watermark is the minimum over both inputs: both sides must move on.
+    # Watermark 10:40: impression 2's hour (until 11:05) is still open.
+    assert pairs(steps.run({"imps": [{"k": "xx", "ts": at(40), "n": 3}],
+                            "clicks": [{"k": "zz", "ts": at(40), "n": 99}]})) == []
+    expected = [(2, None), (3, None)] if how == "left_outer" else []
+    assert pairs(steps.run({"imps": [{"k": "yy", "ts": at(130), "n": 4}],
+                            "clicks": [{"k": "zz", "ts": at(130), "n": 98}]})) == expected

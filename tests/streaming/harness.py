@@ -50,6 +50,7 @@ class StepRunner:
                 spark, t, schemas[name], event_time=event_time, dead_letter_topic=t + "-dlq",
                 kafka_bootstrap_servers=broker.bootstrap_servers, startingOffsets="earliest")
         self.emitted: list[dict[str, Any]] = []
+        self.progress: list[dict[str, Any]] = []
 
     def run(self, events: list[dict[str, Any]] | dict[str, list[dict[str, Any]]],
             key: str = "k") -> list[dict[str, Any]]:
@@ -69,5 +70,6 @@ class StepRunner:
             .trigger(availableNow=True).start()
         q.awaitTermination(180)
         assert q.exception() is None, q.exception()
+        self.progress.extend(q.recentProgress)
         self.emitted.extend(out)
         return out

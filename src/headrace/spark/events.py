@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -85,7 +85,11 @@ class EventSpec:
         return parsed
 
     def output_schema(self) -> StructType:
-        out = StructType(list(self.schema.fields))
+        """The schema's fields, then ``event_time`` (a timestamp; a field of that name,
+        say epoch milliseconds, becomes it in place) and the ``kafka_*`` columns."""
+        fields = [StructField("event_time", TimestampType(), f.nullable)
+                  if f.name == "event_time" else f for f in self.schema.fields]
+        out = StructType(fields)
         for f in KAFKA_COLUMNS.fields:
             if f.name == "event_time" and f.name in self.schema.fieldNames():
                 continue
@@ -113,8 +117,9 @@ def event_spec(schema_text: str, event_time: str, dead_letter_topic: str) -> Eve
     if not isinstance(kind, (TimestampType, LongType, IntegerType, DoubleType, StringType)):
         raise OptionError(f"eventTime field {event_time!r} must be a timestamp, epoch "
                           f"milliseconds or an ISO-8601 string, not {kind.simpleString()}")
-    if event_time == "event_time" and not isinstance(kind, TimestampType):
-        raise OptionError("a field named event_time must be of type timestamp")
+    if "event_time" in schema.fieldNames() and event_time != "event_time":
+        raise OptionError("a field named event_time must be the eventTime field: the "
+                          "output's event_time column is the parsed event time")
     clash = set(schema.fieldNames()) & {f.name for f in KAFKA_COLUMNS.fields} - {"event_time"}
     if clash:
         raise OptionError(f"schema fields {sorted(clash)} clash with the columns read_events "
@@ -303,11 +308,11 @@ def dead_letter_batches(dead: list[tuple[bytes | None, bytes | None, list[Any]]]
 
 def read_events(spark: SparkSession, topic: str, schema: StructType | str, *,
                 event_time: str, dead_letter_topic: str, streaming: bool = True,
-                **options: str) -> DataFrame:
+                options: Mapping[str, str] | None = None, **more: str) -> DataFrame:
     """A (streaming, by default) DataFrame of typed events from JSON values of ``topic``.
 
-    ``options`` are the source's (``kafka_bootstrap_servers=...`` may be spelled with
-    underscores for ``kafka.bootstrap.servers``; any ``kafka.*`` works the same way).
+    ``options`` (and keyword arguments) are the source's; ``kafka_bootstrap_servers=...``
+    may be spelled with underscores for ``kafka.bootstrap.servers``, as any ``kafka.*``.
     Requires ``headrace.spark.register(spark)`` first.
     """
     # DDL is parsed here, on the driver: the data source's own process has no JVM.
@@ -316,7 +321,7 @@ def read_events(spark: SparkSession, topic: str, schema: StructType | str, *,
     reader = spark.readStream if streaming else spark.read
     fmt = reader.format("headrace").option("subscribe", topic).option("valueSchema", text) \
         .option("eventTime", event_time).option("deadLetterTopic", dead_letter_topic)
-    for name, value in options.items():
+    for name, value in {**(options or {}), **more}.items():
         key = name.replace("_", ".") if name.startswith("kafka_") else name
         fmt = fmt.option(key, value)
     return fmt.load()

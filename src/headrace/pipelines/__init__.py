@@ -1,0 +1,1 @@
+"""Concrete pipelines built on headrace (fraud detection first), each with its data generator."""

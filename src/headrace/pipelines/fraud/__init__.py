@@ -1,0 +1,1 @@
+"""Card-fraud detection showcase: the data generator and its ground truth."""

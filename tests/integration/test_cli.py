@@ -371,7 +371,7 @@ def test_produce_errors(broker: EmbeddedBroker) -> None:
 
 
 def test_demo_runs_and_verifies() -> None:
-    result = ok(cli("demo", "--records", "1000"))
+    result = ok(cli("demo", "payments", "--records", "1000"))
     assert "OK" in result.stdout
     assert "1000 of 1000 records read back" in result.stdout
     assert "✗" not in result.stdout

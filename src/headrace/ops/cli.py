@@ -229,11 +229,23 @@ def consume_command(
 
 @app.command()
 def demo(
+    scenario: Annotated[
+        str, typer.Argument(help="fraud (Spark pipeline, the default) or payments "
+                                 "(broker round trip only).")
+    ] = "fraud",
+    rate: Annotated[
+        float, typer.Option("--rate", min=1, help="fraud: transactions per second.")
+    ] = 200.0,
+    duration: Annotated[
+        float, typer.Option("--duration", min=5, help="fraud: seconds of generated traffic.")
+    ] = 40.0,
     records: Annotated[
-        int, typer.Option("--records", "-n", min=1, help="Payments to produce.")
+        int, typer.Option("--records", "-n", min=1, help="payments: payments to produce.")
     ] = 5000,
-    partitions: Annotated[int, typer.Option(min=1, help="Partitions of the demo topic.")] = 3,
-    topic: Annotated[str, typer.Option(help="Topic to use.")] = "demo-payments",
+    partitions: Annotated[
+        int, typer.Option(min=1, help="payments: partitions of the demo topic.")
+    ] = 3,
+    topic: Annotated[str, typer.Option(help="payments: topic to use.")] = "demo-payments",
     bootstrap_servers: Annotated[
         str | None,
         typer.Option(
@@ -243,15 +255,27 @@ def demo(
         ),
     ] = None,
 ) -> None:
-    """Start an embedded broker, write card payments, read them back and verify them."""
-    from headrace.ops.demo import DemoSettings, run_demo
-    from headrace.ops.demo_report import render_report
+    """Run a demo. fraud: an embedded broker, a generator of card transactions with
+    injected fraud, and the Spark detection pipeline, with a live view and a summary
+    (precision, recall, detection latency). payments: write card payments, read them back
+    and verify them."""
+    if scenario == "payments":
+        from headrace.ops.demo import DemoSettings, run_demo
+        from headrace.ops.demo_report import render_report
 
-    settings = DemoSettings(records=records, partitions=partitions, topic=topic)
-    report = run_demo(settings, bootstrap_servers, progress=stderr.print)
-    stdout.print(render_report(report))
-    if report.problems:
-        raise VerificationError("verification failed: " + "; ".join(report.problems))
+        settings = DemoSettings(records=records, partitions=partitions, topic=topic)
+        report = run_demo(settings, bootstrap_servers, progress=stderr.print)
+        stdout.print(render_report(report))
+        if report.problems:
+            raise VerificationError("verification failed: " + "; ".join(report.problems))
+        return
+    if scenario != "fraud":
+        raise typer.BadParameter(f"unknown demo {scenario!r}: fraud or payments")
+    from headrace.pipelines.fraud.live import LiveSettings, run_live
+
+    summary = run_live(LiveSettings(rate=rate, duration_s=duration,
+                                    bootstrap_servers=bootstrap_servers), stderr)
+    stdout.print(summary.render())
 
 
 def main() -> None:

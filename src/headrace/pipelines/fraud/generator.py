@@ -101,7 +101,8 @@ def run(bootstrap_servers: str, config: FraudConfig | None = None, *,
         topics: FraudTopics | None = None, realtime: bool = True, stop: Event | None = None,
         on_progress: ProgressCallback | None = None, truth_path: str | Path | None = None,
         producer_config: Mapping[str, Any] | None = None,
-        progress_interval_s: float = 0.5) -> GroundTruth:
+        progress_interval_s: float = 0.5,
+        generator: FraudGenerator | None = None) -> GroundTruth:
     """Publish one generated run and return its ground truth. Blocks until done or stopped.
 
     Creates the topics if missing (``ensure_topics``), publishes every profile, then the
@@ -115,12 +116,14 @@ def run(bootstrap_servers: str, config: FraudConfig | None = None, *,
     ``stop`` (checked between records and while pacing) ends the run early: the record in
     hand is still sent, and the truth covers exactly the records sent (incidents cut short
     are listed as partial). ``on_progress(sent, elapsed_s)`` is called from this thread every
-    ``progress_interval_s`` and once at the end. The truth is also written to
+    ``progress_interval_s`` and once at the end. ``generator`` (built from ``config`` when
+    not given) lets a caller watch ``generator.truth()`` while it runs (best effort: the
+    generator is not thread-safe). The truth is also written to
     ``truth_path`` if given. ``FraudRunError`` if a record is not acknowledged.
     """
-    config = config or FraudConfig()
+    config = generator.config if generator is not None else config or FraudConfig()
     topics = topics or FraudTopics()
-    generator = FraudGenerator(config)
+    generator = generator or FraudGenerator(config)
     ensure_topics(bootstrap_servers, topics, producer_config)
     errors: list[KafkaError] = []
 

@@ -22,12 +22,12 @@ $(STAMP): pyproject.toml
 	@touch .stamp-system
 
 demo: setup
-	@$(BIN)/python -m headrace demo
+	@PYSPARK_PYTHON=$(abspath $(BIN))/python $(BIN)/python -m headrace demo fraud
 
 test: setup
 	@$(BIN)/ruff check -q src tests bench
 	@$(BIN)/mypy --no-error-summary src/headrace
-	@$(BIN)/python -m pytest -q -p no:cacheprovider
+	@PYSPARK_PYTHON=$(abspath $(BIN))/python $(BIN)/python -m pytest -q -p no:cacheprovider
 
 lint: setup
 	@$(BIN)/ruff check src tests bench

@@ -102,7 +102,8 @@ def run(bootstrap_servers: str, config: FraudConfig | None = None, *,
         on_progress: ProgressCallback | None = None, truth_path: str | Path | None = None,
         producer_config: Mapping[str, Any] | None = None,
         progress_interval_s: float = 0.5,
-        generator: FraudGenerator | None = None) -> GroundTruth:
+        generator: FraudGenerator | None = None,
+        before_stream: Callable[[], None] | None = None) -> GroundTruth:
     """Publish one generated run and return its ground truth. Blocks until done or stopped.
 
     Creates the topics if missing (``ensure_topics``), publishes every profile, then the
@@ -118,7 +119,9 @@ def run(bootstrap_servers: str, config: FraudConfig | None = None, *,
     are listed as partial). ``on_progress(sent, elapsed_s)`` is called from this thread every
     ``progress_interval_s`` and once at the end. ``generator`` (built from ``config`` when
     not given) lets a caller watch ``generator.truth()`` while it runs (best effort: the
-    generator is not thread-safe). The truth is also written to
+    generator is not thread-safe). ``before_stream`` (real time only) is called once the
+    profiles are acknowledged, before the first transaction: a demo waits there for its
+    pipeline to load them. The truth is also written to
     ``truth_path`` if given. ``FraudRunError`` if a record is not acknowledged.
     """
     config = generator.config if generator is not None else config or FraudConfig()
@@ -145,6 +148,8 @@ def run(bootstrap_servers: str, config: FraudConfig | None = None, *,
     else:
         if realtime:
             sender.flush(errors)
+            if before_stream is not None:
+                before_stream()
             start = _now_ms()
         for event in generator.stream(start):
             if realtime:

@@ -200,6 +200,18 @@ def _follow(query: Any, state: LiveState) -> None:
     state.lag_samples.append((time.monotonic() - state.started, lag))
 
 
+def _read_up_to(query: Any, topic: str) -> int:
+    """Offsets of ``topic`` the query has finished (its last progress's end offsets)."""
+    progress = query.lastProgress
+    if not progress:
+        return 0
+    total = 0
+    for src in progress["sources"]:
+        end = json.loads(src.get("endOffset") or "{}")
+        total += sum(int(o) for o in end.get(topic, {}).values())
+    return total
+
+
 def view(state: LiveState, settings: LiveSettings) -> Group:
     elapsed = max(time.monotonic() - state.started, 0.001)
     stats = Table(title=f"headrace fraud detection - {state.phase}", show_header=False)
@@ -252,20 +264,29 @@ def run_live(settings: LiveSettings, console: Console | None = None) -> LiveSumm
         gen_topics = FraudTopics(transactions=topics.transactions, profiles=topics.profiles)
         truth_box: list[GroundTruth] = []
 
+        query = start(spark, PipelineConfig(bootstrap, checkpoint, topics=topics,
+                                            trigger_ms=0))
+
+        def profiles_loaded() -> None:
+            state.phase = "loading user profiles"
+            wanted = _end_offset(bootstrap, topics.profiles)
+            deadline = time.monotonic() + settings.drain_timeout_s
+            while time.monotonic() < deadline and _read_up_to(query, topics.profiles) < wanted:
+                time.sleep(0.2)
+            state.measure_from_ms = time.time() * 1000 + settings.steady_after_s * 1000
+            state.phase = "running"
+
         def generate() -> None:
             truth_box.append(run(bootstrap, generator=generator, topics=gen_topics,
+                                 before_stream=profiles_loaded,
                                  on_progress=lambda n, _t: setattr(state, "sent", n)))
 
         gen_thread = threading.Thread(target=generate, daemon=True)
         gen_thread.start()
-        query = start(spark, PipelineConfig(bootstrap, checkpoint, topics=topics,
-                                            trigger_ms=0))
         watcher = threading.Thread(target=_watch_alerts, daemon=True,
                                    args=(bootstrap, topics, state, stop))
         watcher.start()
         state.started = time.monotonic()
-        state.measure_from_ms = time.time() * 1000 + settings.steady_after_s * 1000
-        state.phase = "running"
         with Live(view(state, settings), console=console, refresh_per_second=2) as live:
             while gen_thread.is_alive() or not truth_box:
                 _tick(query, state, generator, bootstrap, topics)

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import sys
 import uuid
 from collections.abc import Iterator
 
 import pytest
 from pyspark.sql import SparkSession
 
-from headrace.spark import register
-from headrace.streaming import configure
+from headrace.spark.session import local_session
 from headrace.testing import EmbeddedBroker
 
 
@@ -29,22 +26,9 @@ def topic_name(request: pytest.FixtureRequest) -> str:
     return f"{base}-{uuid.uuid4().hex[:8]}"
 
 
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-
-
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     """One SparkSession for the whole run (start-up costs ~7 s), with format("headrace")."""
-    session = (SparkSession.builder.master("local[2]").appName("headrace-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.sql.streaming.stopTimeout", "20s")
-               .config("spark.driver.memory", "2g")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
-    configure(session)
+    session = local_session("headrace-tests")
     yield session
     session.stop()

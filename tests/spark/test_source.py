@@ -228,3 +228,33 @@ def test_bad_options_fail_with_a_clear_message(spark: SparkSession, options: dic
         reader = reader.option(k, v)
     with pytest.raises(Exception, match=message):
         reader.load().writeStream.format("console").start().awaitTermination(30)
+
+
+@pytest.mark.parametrize("fail", ["true", "false"])
+def test_retention_gap_is_data_loss(spark: SparkSession, broker: EmbeddedBroker,
+                                    three_partitions: Any, tmp_path: Path, fail: str) -> None:
+    """Offsets deleted (DeleteRecords, as retention does) before the query read them: the
+    query fails with a clear message, or (failOnDataLoss=false) skips them."""
+    from confluent_kafka import TopicPartition
+
+    topic, rows, placed = three_partitions
+    got: list[Any] = []
+    stream = source(spark, broker, streaming=True, subscribe=topic, startingOffsets="earliest",
+                    maxOffsetsPerTrigger="30", failOnDataLoss=fail)
+    first = stream.writeStream.foreachBatch(lambda b, i: None) \
+        .option("checkpointLocation", str(tmp_path / "cp")).trigger(once=True).start()
+    first.awaitTermination(60)  # one trigger: 10 offsets of each partition
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    deleted = admin.delete_records([TopicPartition(topic, 0, 50)])
+    for f in deleted.values():
+        f.result()
+    if fail == "true":
+        q = stream.writeStream.foreachBatch(lambda b, i: None) \
+            .option("checkpointLocation", str(tmp_path / "cp")) \
+            .trigger(availableNow=True).start()
+        with pytest.raises(Exception, match=r"offsets 10\.\.49 were deleted"):
+            q.awaitTermination(60)
+        return
+    run_available_now(stream, tmp_path / "cp", got)
+    assert sorted(got) == sorted(expected(rows, placed, lambda p, o: o >= 10 and
+                                          (p != 0 or o >= 50)))

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import sys
 import tempfile
 import threading
 import time
@@ -109,23 +107,10 @@ def percentile(values: list[int], q: float) -> int:
 
 
 def _spark(log: Console) -> Any:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    from headrace.spark import register
-    from headrace.streaming import configure
+    from headrace.spark.session import local_session
 
     log.print("starting Spark (local[2]) ...")
-    spark = (SparkSession.builder.master("local[2]").appName("headrace-fraud")
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "2")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
-    configure(spark)
-    return spark
+    return local_session("headrace-fraud")
 
 
 def _ensure_output_topics(bootstrap: str, topics: PipelineTopics) -> None:

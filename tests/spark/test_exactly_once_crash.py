@@ -5,9 +5,9 @@ A streaming query (``tests.spark.spark_workers.eos_pipeline``: 6 source partitio
 ``delivery=exactly-once``, ``Trigger.AvailableNow``) runs in a subprocess of its own
 session. The test SIGKILLs every process of that session — driver Python, its JVM, the
 PySpark daemon and the Python workers in the middle of their tasks and transactions — at
-random points after the query started (some within its first half second, most later,
-many in the middle of a micro-batch: planned in the checkpoint's offset log, not yet in
-its commit log), restarts it on the same checkpoint each time, and finally lets it finish.
+random points after the query started (some within its first half second, some just
+after a micro-batch committed, the others in the first seconds; most in the middle of a
+micro-batch: planned in the checkpoint's offset log, not yet in its commit log), restarts it on the same checkpoint each time, and finally lets it finish.
 A read_committed consumer must then see every input id exactly once on the output topic.
 
 What a crash does to each delivery mode (``headrace.spark.sink``): Spark replays the last
@@ -34,10 +34,10 @@ from tests.spark.spark_workers.supervisor import SparkWorker, read_topic
 
 pytestmark = pytest.mark.slow
 
-RECORDS = 30_000
+RECORDS = 36_000
 INPUT_PARTITIONS = 6
 OUTPUT_PARTITIONS = 4
-MAX_OFFSETS_PER_TRIGGER = 3_000  # 10 micro-batches
+MAX_OFFSETS_PER_TRIGGER = 3_000  # 12 micro-batches
 KILLS = 10
 SESSION_TIMEOUT_S = 90.0
 
@@ -92,10 +92,18 @@ def test_exactly_once_sink_survives_repeated_kill_9_of_the_spark_application(
             worker.spawn()
             assert worker.wait_for("started", SESSION_TIMEOUT_S), worker.stderr_tail()
             started = time.monotonic()
-            # Two kills right after start() (initial offsets, first plan, checkpoint files),
-            # the others anywhere in the next micro-batches. An incarnation's first batch
-            # takes ~5-8 s (Python workers, JVM warm-up); later ones under a second.
-            time.sleep(rng.uniform(0.0, 0.5) if n in (0, 4) else rng.uniform(1.5, 9.0))
+            # Two kills right after start() (initial offsets, first plan, checkpoint files);
+            # three shortly after the incarnation's first micro-batch committed (so later
+            # ones are under way and output is partly there, however slow the machine);
+            # the others anywhere in the first micro-batches, which take ~5-8 s from a
+            # cold start (Python workers, JVM warm-up), later ones under a second.
+            if n in (0, 4):
+                time.sleep(rng.uniform(0.0, 0.5))
+            elif n in (2, 5, 8):
+                assert worker.wait_for("batch", SESSION_TIMEOUT_S), worker.stderr_tail()
+                time.sleep(rng.uniform(0.0, 1.0))
+            else:
+                time.sleep(rng.uniform(1.0, 7.0))
             assert not worker.exited(), (
                 f"incarnation {worker.incarnations} ended before its kill: "
                 f"{worker.events()}\n{worker.stderr_tail()}")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from headrace.spark.errors import DataLossError, SparkConnectorError
@@ -56,6 +57,8 @@ class OffsetRange:
 def consumer_config(opts: SourceOptions) -> dict[str, Any]:
     return {
         "queued.max.messages.kbytes": 65536,
+        # librdkafka otherwise pauses fetching for 1 s whenever its queue is full.
+        "fetch.queue.backoff.ms": 10,
         "fetch.max.bytes": 52428800,
         "max.partition.fetch.bytes": 8388608,
         **opts.client_configs,
@@ -78,30 +81,28 @@ class _Columns:
         self.keys: list[bytes | None] = []
         self.values: list[bytes | None] = []
         self.offsets: list[int] = []
-        self.timestamps: list[int] = []
-        self.types: list[int] = []
+        self.stamps: list[tuple[int, int]] = []  # librdkafka's (type, ms) per record
         self.headers: list[list[dict[str, Any]]] = []
 
     def clear(self) -> None:
         """Empty the lists in place: the reading loop holds references to them."""
-        for column in (self.keys, self.values, self.offsets, self.timestamps, self.types,
-                       self.headers):
+        for column in (self.keys, self.values, self.offsets, self.stamps, self.headers):
             column.clear()
-
-    def __len__(self) -> int:
-        return len(self.offsets)
 
     def batch(self, topic: str, partition: int) -> pa.RecordBatch:
         n = len(self.offsets)
+        kinds, millis = zip(*self.stamps, strict=True)
+        # librdkafka: 1 create time, 2 log-append time; Kafka (and Spark): 0 and 1.
+        types = pc.max_element_wise(pc.subtract(pa.array(kinds, pa.int32()), 1), 0)
         arrays = [
             pa.array(self.keys, pa.binary()),
             pa.array(self.values, pa.binary()),
             pa.repeat(pa.scalar(topic, pa.string()), n),
             pa.repeat(pa.scalar(partition, pa.int32()), n),
             pa.array(self.offsets, pa.int64()),
-            pa.array([t * 1000 for t in self.timestamps], pa.int64()).cast(
+            pc.multiply(pa.array(millis, pa.int64()), 1000).cast(
                 pa.timestamp("us", tz="UTC")),
-            pa.array(self.types, pa.int32()),
+            types.cast(pa.int32()),
         ]
         schema = ARROW_SCHEMA
         if self.include_headers:
@@ -149,8 +150,7 @@ def _read(consumer: Consumer, opts: SourceOptions, rng: OffsetRange) -> Iterator
         return
     consumer.assign([TopicPartition(rng.topic, rng.partition, position)])
     cols = _Columns(opts.include_headers)
-    keys, values, offsets = cols.keys, cols.values, cols.offsets
-    timestamps, types, headers = cols.timestamps, cols.types, cols.headers
+    keys, values, offsets, stamps = cols.keys, cols.values, cols.offsets, cols.stamps
     with_headers = opts.include_headers
     end = rng.end
     timeout = opts.poll_timeout_ms / 1000
@@ -167,37 +167,53 @@ def _read(consumer: Consumer, opts: SourceOptions, rng: OffsetRange) -> Iterator
                     f"to {end}) within kafkaConsumer.pollTimeoutMs={opts.poll_timeout_ms}")
             continue
         deadline = time.monotonic() + timeout
-        for m in messages:
-            err = m.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    # Caught up to the end a reader of this isolation level can see; what
-                    # remains of the range was markers, aborted records or compacted away.
-                    if m.offset() >= end:
-                        position = end
-                        break
-                    continue
-                if err.code() == KafkaError._AUTO_OFFSET_RESET:
-                    low = _start_offset(consumer, opts,
-                                        OffsetRange(rng.topic, rng.partition, position, end))
-                    position = low
-                    consumer.assign([TopicPartition(rng.topic, rng.partition, position)])
-                    break
-                raise SparkConnectorError(f"{rng.topic}[{rng.partition}]: {err.str()}")
-            offset = m.offset()
-            if offset >= end:
-                position = end
-                break
-            keys.append(m.key())
-            values.append(m.value())
-            offsets.append(offset)
-            ts_type, ts = m.timestamp()
-            timestamps.append(ts)
-            types.append(max(ts_type - 1, 0))
+        if messages[-1].offset() < end and not any([m.error() for m in messages]):
+            # The common case, column by column: a fraction of the per-record loop's cost.
+            keys.extend([m.key() for m in messages])
+            values.extend([m.value() for m in messages])
+            offsets.extend([m.offset() for m in messages])
+            stamps.extend([m.timestamp() for m in messages])
             if with_headers:
-                headers.append([{"key": k, "value": v} for k, v in (m.headers() or ())])
-            position = offset + 1
+                headers = cols.headers
+                headers.extend([[{"key": k, "value": v} for k, v in (m.headers() or ())]
+                                for m in messages])
+            position = offsets[-1] + 1
+        else:
+            position = _read_slowly(consumer, opts, rng, messages, cols, position)
         if len(offsets) >= ROWS_PER_BATCH:
             yield cols.batch(rng.topic, rng.partition)
     if offsets:
         yield cols.batch(rng.topic, rng.partition)
+
+
+def _read_slowly(consumer: Consumer, opts: SourceOptions, rng: OffsetRange,
+                 messages: list[Any], cols: _Columns, position: int) -> int:
+    """Take ``messages`` one by one: partition ends, resets, errors, the end of the range.
+    Returns the next position (``rng.end`` once the range is complete)."""
+    end = rng.end
+    for m in messages:
+        err = m.error()
+        if err is not None:
+            if err.code() == KafkaError._PARTITION_EOF:
+                # Caught up to the end a reader of this isolation level can see; what
+                # remains of the range was markers, aborted records or compacted away.
+                if m.offset() >= end:
+                    return end
+                continue
+            if err.code() == KafkaError._AUTO_OFFSET_RESET:
+                low = _start_offset(consumer, opts,
+                                    OffsetRange(rng.topic, rng.partition, position, end))
+                consumer.assign([TopicPartition(rng.topic, rng.partition, low)])
+                return low
+            raise SparkConnectorError(f"{rng.topic}[{rng.partition}]: {err.str()}")
+        offset = m.offset()
+        if offset >= end:
+            return end
+        cols.keys.append(m.key())
+        cols.values.append(m.value())
+        cols.offsets.append(offset)
+        cols.stamps.append(m.timestamp())
+        if cols.include_headers:
+            cols.headers.append([{"key": k, "value": v} for k, v in (m.headers() or ())])
+        position = offset + 1
+    return position

@@ -47,7 +47,10 @@ from headrace.spark.errors import OptionError, SinkError
 from headrace.spark.options import SinkOptions
 
 MARKER_TOPIC = "_headrace-sink-commits"
-TXN_TIMEOUT_MS = 600_000
+TXN_TIMEOUT_MS = 120_000
+"""Default ``transaction.timeout.ms`` (``kafka.transaction.timeout.ms`` overrides it): a
+task's transaction must fit in it; a transaction left open by a task that never runs
+again holds read_committed readers of its partitions back for at most this long."""
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
@@ -151,11 +154,20 @@ def _producer_config(opts: SinkOptions, delivery: _Delivery) -> dict[str, Any]:
             "enable.idempotence": True, "acks": "all", "on_delivery": delivery}
 
 
+# One idempotent producer per worker process and settings: a new one holds its first
+# send until it has a producer id (~0.5 s), which would be paid by every task.
+_PRODUCERS: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[Producer, _Delivery]] = {}
+
+
 def write_at_least_once(opts: SinkOptions, batches: Iterator[pa.RecordBatch],
                         partition: int) -> SinkCommit:
     """Produce and flush; raises ``SinkError`` if any row was not acknowledged."""
-    delivery = _Delivery()
-    producer = Producer(_producer_config(opts, delivery))
+    key = (opts.bootstrap_servers, tuple(sorted(opts.client_configs.items())))
+    if key not in _PRODUCERS:
+        delivery = _Delivery()
+        _PRODUCERS[key] = (Producer(_producer_config(opts, delivery)), delivery)
+    producer, delivery = _PRODUCERS[key]
+    delivery.error = None
     n = _produce_all(producer, opts, batches, delivery)
     remaining = producer.flush(metadata.TIMEOUT * 4)
     if remaining or delivery.error is not None:
@@ -170,8 +182,8 @@ def write_exactly_once(opts: SinkOptions, batches: Iterator[pa.RecordBatch], wri
     the marker shows ``sequence`` already committed. Blocks; raises ``SinkError``."""
     txn_id = f"headrace-sink-{write_id}-{partition}"
     delivery = _Delivery()
-    producer = Producer({**_producer_config(opts, delivery), "transactional.id": txn_id,
-                         "transaction.timeout.ms": TXN_TIMEOUT_MS})
+    producer = Producer({"transaction.timeout.ms": TXN_TIMEOUT_MS,
+                         **_producer_config(opts, delivery), "transactional.id": txn_id})
     marker = Consumer({**opts.client_configs, "bootstrap.servers": opts.bootstrap_servers,
                        "group.id": txn_id, "enable.auto.commit": False,
                        "isolation.level": "read_committed"})
@@ -186,7 +198,7 @@ def write_exactly_once(opts: SinkOptions, batches: Iterator[pa.RecordBatch], wri
             producer.send_offsets_to_transaction(
                 [TopicPartition(MARKER_TOPIC, 0, sequence + 1)],
                 marker.consumer_group_metadata(), metadata.TIMEOUT)
-            producer.commit_transaction(TXN_TIMEOUT_MS / 1000)
+            producer.commit_transaction(metadata.TIMEOUT * 4)
         except BaseException:
             # Fenced or timed out: the coordinator aborts it anyway.
             with contextlib.suppress(KafkaException):

@@ -1,0 +1,337 @@
+"""Spark reading a topic through ``format("headrace")``, side by side with the same rows
+read from Parquet.
+
+Usage::
+
+    .venv/bin/python bench/spark_read.py                       # 10M records, headrace + Tansu
+    .venv/bin/python bench/spark_read.py --records 2000000 --brokers headrace
+    .venv/bin/python bench/spark_read.py --write-md            # also refresh BENCHMARKS.md
+
+Per broker: a fresh broker, one topic of ``--partitions`` partitions filled with
+``--records`` records of 100-byte incompressible values and no key, produced by
+``--producers`` processes (librdkafka, acks=all, linger.ms=5, batch.size=1 MB, **no
+compression**: the values are random bytes, lz4 would only cost CPU). The same values are
+written once to Parquet (pyarrow, snappy, with the source's other columns: null key, topic,
+partition, offset, timestamp, timestampType). Then, in one local SparkSession, alternately
+``--runs`` times: ``spark.read.format("headrace")...load()`` and ``spark.read.parquet()``,
+each aggregated with ``count(*), sum(length(value))`` and checked against the known totals.
+Reported: the median wall time per read and rows/s, and headrace / Parquet.
+
+Tansu 0.6.0 reports a partition's end as the base offset of its last record batch + 1, so
+a reader misses the rest of that batch: every partition's last record is produced alone
+(the same for every broker, so the rows are the same everywhere).
+
+Other work on the machine (2 cores here, shared by Spark, the broker and the producers)
+moves these figures; the load average at the start is printed with them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from confluent_kafka import KafkaError, Producer
+
+from brokers import BrokerSpec, create_topic, running, select_specs
+from report import BENCHMARKS_MD, environment_lines, fmt_float, fmt_int, publish, table
+
+VALUE_BYTES = 100
+CHUNK = 100_000
+DEFAULT_RECORDS = 10_000_000
+SPEC_CHOICES = (BrokerSpec("headrace"), BrokerSpec("tansu"))
+
+PRODUCER_CONFIG: dict[str, object] = {
+    "acks": "all",
+    "linger.ms": 5,
+    "batch.size": 1_000_000,
+    "queue.buffering.max.messages": 2_000_000,
+    "queue.buffering.max.kbytes": 1024 * 1024,
+    "compression.type": "none",
+    "enable.idempotence": False,
+    "log_level": 3,
+}
+
+
+# --- the records ---------------------------------------------------------------------------
+
+
+def chunk_values(index: int, records: int) -> bytes:
+    """The values of records ``[index * CHUNK, ...)``, concatenated (incompressible,
+    the same on every run)."""
+    n = min(CHUNK, records - index * CHUNK)
+    return np.random.default_rng(index).bytes(n * VALUE_BYTES)
+
+
+def _produce_chunks(bootstrap: str, topic: str, records: int, partitions: int,
+                    chunks: list[int]) -> None:
+    """One producer process: records of ``chunks``, record i to partition i % partitions;
+    each partition's very last record is left out (``produce_tails`` sends it alone)."""
+    errors: list[KafkaError] = []
+
+    def on_delivery(err: KafkaError | None, _msg: object) -> None:
+        if err is not None:
+            errors.append(err)
+
+    producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG,
+                         "delivery.report.only.error": True, "on_delivery": on_delivery})
+    send, poll = producer.produce, producer.poll
+    tails = set(range(records - partitions, records))
+    for c in chunks:
+        values = chunk_values(c, records)
+        base = c * CHUNK
+        for j in range(len(values) // VALUE_BYTES):
+            i = base + j
+            if i in tails:
+                continue
+            value = values[j * VALUE_BYTES:(j + 1) * VALUE_BYTES]
+            while True:
+                try:
+                    send(topic, value, partition=i % partitions)
+                    break
+                except BufferError:
+                    poll(0.005)
+        poll(0)
+    if producer.flush(300) or errors:
+        raise SystemExit(f"produce failed: {errors[:1]}")
+
+
+def fill_topic(bootstrap: str, topic: str, records: int, partitions: int,
+               producers: int) -> float:
+    """Produce the records with ``producers`` processes, then each partition's last record
+    in a batch of its own. Returns the seconds taken (all acknowledged)."""
+    chunks = list(range((records + CHUNK - 1) // CHUNK))
+    start = time.perf_counter()
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_produce_chunks,
+                         args=(bootstrap, topic, records, partitions, chunks[k::producers]))
+             for k in range(producers)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+        if p.exitcode != 0:
+            raise RuntimeError(f"a producer process failed (exit {p.exitcode})")
+    produce_tails(bootstrap, topic, records, partitions)
+    return time.perf_counter() - start
+
+
+def produce_tails(bootstrap: str, topic: str, records: int, partitions: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "log_level": 3})
+    for i in range(max(records - partitions, 0), records):
+        values = chunk_values(i // CHUNK, records)
+        j = i % CHUNK
+        producer.produce(topic, values[j * VALUE_BYTES:(j + 1) * VALUE_BYTES],
+                         partition=i % partitions)
+        if producer.flush(30):  # one record, one batch
+            raise RuntimeError("a tail record was not acknowledged")
+
+
+def write_parquet(path: Path, topic: str, records: int, partitions: int) -> None:
+    """The same rows, with the columns ``format("headrace")`` gives them."""
+    schema = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
+                        ("partition", pa.int32()), ("offset", pa.int64()),
+                        ("timestamp", pa.timestamp("us", tz="UTC")),
+                        ("timestampType", pa.int32())])
+    now = int(time.time() * 1e6)
+    with pq.ParquetWriter(path, schema, compression="snappy") as writer:
+        for c in range((records + CHUNK - 1) // CHUNK):
+            raw = chunk_values(c, records)
+            n = len(raw) // VALUE_BYTES
+            ids = np.arange(c * CHUNK, c * CHUNK + n, dtype=np.int64)
+            values = pa.FixedSizeBinaryArray.from_buffers(
+                pa.binary(VALUE_BYTES), n, [None, pa.py_buffer(raw)]).cast(pa.binary())
+            writer.write_batch(pa.RecordBatch.from_arrays([
+                pa.nulls(n, pa.binary()), values, pa.repeat(pa.scalar(topic), n),
+                pa.array(ids % partitions, pa.int32()), pa.array(ids // partitions),
+                pa.array(np.full(n, now), pa.timestamp("us", tz="UTC")),
+                pa.array(np.zeros(n, np.int32))], schema=schema))
+
+
+# --- Spark -----------------------------------------------------------------------------
+
+
+def spark_session(app: str, extra: dict[str, str] | None = None) -> Any:
+    """A local[2] SparkSession with ``format("headrace")`` registered (imports pyspark
+    late: the producer processes do not need it)."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    from headrace.spark import register
+
+    builder = (SparkSession.builder.master("local[2]").appName(app)
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.driver.memory", "4g"))
+    for k, v in (extra or {}).items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
+def timed_aggregate(df: Any, records: int) -> float:
+    """Seconds to run ``count(*), sum(length(value))`` on ``df``; checks both totals."""
+    from pyspark.sql import functions as F
+
+    start = time.perf_counter()
+    row = df.agg(F.count("*").alias("n"), F.sum(F.length("value")).alias("b")).collect()[0]
+    seconds = time.perf_counter() - start
+    if row.n != records or row.b != records * VALUE_BYTES:
+        raise RuntimeError(f"read {row.n} rows / {row.b} bytes, expected {records} / "
+                           f"{records * VALUE_BYTES}")
+    return seconds
+
+
+@dataclass(frozen=True)
+class Result:
+    spec: BrokerSpec
+    records: int
+    produce_s: float
+    headrace_s: list[float]
+    tuned_s: list[float]
+    parquet_s: list[float]
+    error: str | None = None
+
+    @property
+    def headrace_rate(self) -> float:
+        return self.records / statistics.median(self.headrace_s)
+
+    @property
+    def tuned_rate(self) -> float | None:
+        return self.records / statistics.median(self.tuned_s) if self.tuned_s else None
+
+    @property
+    def parquet_rate(self) -> float:
+        return self.records / statistics.median(self.parquet_s)
+
+
+def run_broker(spark: Any, spec: BrokerSpec, parquet: Path, args: argparse.Namespace
+               ) -> Result:
+    topic = "spark-read"
+    try:
+        with running(spec) as broker:
+            bs = broker.bootstrap_servers
+            create_topic(bs, topic, args.partitions)
+            print(f"[{spec.name}] producing {args.records:,} records ...", flush=True)
+            produce_s = fill_topic(bs, topic, args.records, args.partitions, args.producers)
+            print(f"[{spec.name}] produced in {produce_s:.1f} s", flush=True)
+            reader = (spark.read.format("headrace").option("kafka.bootstrap.servers", bs)
+                      .option("subscribe", topic))
+            source = reader.load()
+            tuned = reader.option("kafka.fetch.queue.backoff.ms", "10").load()
+            files = spark.read.parquet(str(parquet))
+            # Start the Python workers: 100 records of each partition.
+            ends = {topic: {str(p): 100 for p in range(args.partitions)}}
+            timed_aggregate(reader.option("endingOffsets", json.dumps(ends)).load(),
+                            100 * args.partitions)
+            kafka_s: list[float] = []
+            tuned_s: list[float] = []
+            parquet_s: list[float] = []
+            for run in range(args.runs):
+                kafka_s.append(timed_aggregate(source, args.records))
+                if args.tuned:
+                    tuned_s.append(timed_aggregate(tuned, args.records))
+                parquet_s.append(timed_aggregate(files, args.records))
+                print(f"[{spec.name}] run {run + 1}: headrace {kafka_s[-1]:.2f} s, "
+                      + (f"tuned {tuned_s[-1]:.2f} s, " if tuned_s else "")
+                      + f"parquet {parquet_s[-1]:.2f} s", flush=True)
+            return Result(spec, args.records, produce_s, kafka_s, tuned_s, parquet_s)
+    except Exception as e:  # one broker failing must not lose the other's figures
+        traceback.print_exc()
+        return Result(spec, args.records, 0.0, [], [], [], f"{type(e).__name__}: {e}")
+
+
+def render(results: list[Result]) -> str:
+    rows = []
+    for r in results:
+        if r.error is not None:
+            rows.append([r.spec.name, "failed", *["-"] * 6])
+            continue
+        parquet = [fmt_float(statistics.median(r.parquet_s), 2), fmt_int(r.parquet_rate)]
+        rows.append([r.spec.name, "as shipped", fmt_float(statistics.median(r.headrace_s), 2),
+                     fmt_int(r.headrace_rate), *parquet,
+                     f"{r.headrace_rate / r.parquet_rate:.2f}x", fmt_float(r.produce_s)])
+        if r.tuned_rate is not None:
+            rows.append([r.spec.name, "fetch.queue.backoff.ms=10",
+                         fmt_float(statistics.median(r.tuned_s), 2), fmt_int(r.tuned_rate),
+                         *parquet, f"{r.tuned_rate / r.parquet_rate:.2f}x", "-"])
+    return table(["broker", "headrace source", "read s", "rows/s", "parquet read s",
+                  "parquet rows/s", "headrace / parquet", "produce s"], rows)
+
+
+def notes(args: argparse.Namespace) -> list[str]:
+    return [
+        f"{args.records:,} records in {args.partitions} partitions, 100-byte random values, no key; produced by "
+        f"{args.producers} librdkafka producer processes, acks=all, linger.ms=5, "
+        "batch.size=1 MB, no compression (random values do not compress)",
+        "query: `count(*), sum(length(value))`, checked against the known totals; "
+        "SparkSession local[2] (2 cores shared with the broker), spark.driver.memory=4g; "
+        "a read of 100 records per partition first, to start the Python workers",
+        "headrace: `spark.read.format(\"headrace\")` (Python data source, librdkafka consumers "
+        "yielding Arrow batches, one task per partition); it cannot prune columns, so all "
+        "seven Kafka columns cross from Python to the JVM",
+        "'fetch.queue.backoff.ms=10': the same read with "
+        "`.option(\"kafka.fetch.queue.backoff.ms\", \"10\")`; librdkafka's default (1000 ms) "
+        "pauses fetching whenever 100k records are queued, which idles the reader",
+        "parquet: the same rows with the same seven columns in one snappy file written by "
+        "pyarrow; Spark's vectorized reader prunes to `value`",
+        (f"median of {args.runs} alternating runs" if args.runs > 1 else "one run each")
+        + "; 'headrace / parquet' = rows/s ratio (goal >= 0.5)",
+        "Tansu: every partition's last record is produced alone (Tansu 0.6.0 reports a "
+        "partition's end as its last batch's base offset + 1); done for every broker",
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--records", type=int, default=DEFAULT_RECORDS)
+    ap.add_argument("--partitions", type=int, default=8)
+    ap.add_argument("--producers", type=int, default=2, help="producer processes")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--brokers", default="headrace,tansu", help="headrace, tansu or both")
+    ap.add_argument("--no-tuned", dest="tuned", action="store_false",
+                    help="skip the read with kafka.fetch.queue.backoff.ms=10")
+    ap.add_argument("--write-md", action="store_true",
+                    help="refresh the spark_read section of BENCHMARKS.md")
+    ap.add_argument("--md-file", type=Path, default=BENCHMARKS_MD)
+    args = ap.parse_args(argv)
+    specs = select_specs(args.brokers, SPEC_CHOICES)
+
+    env = environment_lines()
+    print("\n".join(env), flush=True)
+    work = Path(tempfile.mkdtemp(prefix="bench-spark-read-"))
+    try:
+        parquet = work / "rows.parquet"
+        start = time.perf_counter()
+        write_parquet(parquet, "spark-read", args.records, args.partitions)
+        print(f"parquet written in {time.perf_counter() - start:.1f} s "
+              f"({parquet.stat().st_size / 1e6:,.0f} MB)", flush=True)
+        spark = spark_session("bench-spark-read")
+        results = [run_broker(spark, spec, parquet, args) for spec in specs]
+        spark.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    publish("spark_read", "Spark read: format(\"headrace\") vs Parquet", env, render(results),
+            notes(args), args.write_md, args.md_file)
+    return 1 if any(r.error for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

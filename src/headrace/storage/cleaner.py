@@ -1,0 +1,494 @@
+"""The log cleaner: compaction of partitions whose cleanup.policy includes compact.
+
+Kafka's algorithm. A partition's log is a clean part ``[log start, first dirty)``,
+compacted before, and a dirty part ``[first dirty, end)`` ending at the first segment that
+cannot be cleaned yet: the active one, one holding the oldest open transaction (the last
+stable offset), or one with records younger than min.compaction.lag.ms. A log is picked
+when its dirty bytes reach min.cleanable.dirty.ratio of the whole (or its oldest dirty
+record is older than max.compaction.lag.ms, or a delete horizon has passed). A pass then
+
+1. builds an ``OffsetMap`` (key -> latest offset) over the dirty part, leaving out control
+   batches and aborted transactions; a full map ends the pass at a segment boundary;
+2. rewrites every segment of ``[log start, end)``, in groups of consecutive segments that
+   fit in segment.bytes, keeping a record only if no later record has its key. Offsets are
+   preserved: a rebuilt batch keeps its base offset, last offset delta, producer id,
+   epoch and base sequence, so gaps appear but no offset moves and producers' sequence
+   checks still hold; surviving records are copied byte for byte and recompressed with the
+   batch's codec. Each group is swapped in crash-safely (``storage.swap``).
+
+Tombstones, transaction markers, transactions (KIP-534, KIP-98):
+
+* a tombstone (null value) that is the latest for its key stays until its batch's delete
+  horizon: the first pass that rewrites the batch stamps ``now + delete.retention.ms`` in
+  its base timestamp (attribute bit 0x40); a pass after that time drops the tombstone;
+* records of aborted transactions are dropped (the aborted ranges come from the producer
+  state); a COMMIT or ABORT marker is dropped once no batch of its transaction is left in
+  the log and its own delete horizon has passed;
+* the last data batch of each live producer (or its last marker, when it has no data) is
+  kept, emptied of records if need be, so its epoch and sequence survive for idempotence;
+* records without a key are dropped (Kafka calls them invalid in a compacted topic; Produce
+  refuses them there, but a topic switched from delete to compact may hold some).
+
+The pass is a generator run on the broker's event loop: it yields after at most
+``slice_ms`` of work so appends and fetches interleave, and yields blocking calls (fsyncs)
+for the driver to run on a worker thread. It reads through its own duplicated descriptors,
+so retention deleting a segment meanwhile does not disturb it (the swap then declines).
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable, Generator, Iterable
+from dataclasses import dataclass, field
+from functools import partial
+
+from headrace.protocol.batch_codec import (
+    DELETE_HORIZON_FLAG,
+    batch_records,
+    build_empty_batch,
+    build_raw_batch,
+    copy_record,
+    delete_horizon,
+)
+from headrace.protocol.errors import ProtocolError
+from headrace.protocol.records import (
+    HEADER_SIZE,
+    TIMESTAMP_TYPE_MASK,
+    BatchHeader,
+    control_committed,
+    parse_header,
+)
+from headrace.storage.log import PartitionLog
+from headrace.storage.offset_map import OffsetMap
+from headrace.storage.producer_state import AbortedTxn
+from headrace.storage.segment import MAX_RELATIVE_OFFSET, Segment, read_batches
+from headrace.storage.swap import CLEANED, discard_cleaned, remove_manifest, write_manifest_tmp
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_FILE = "cleaner-checkpoint.json"
+# Test hook: the broker SIGKILLs itself when the cleaner reaches the named point
+# ("before-commit", "after-commit", "after-swap"), for crash-safety tests.
+CRASH_ENV = "HEADRACE_TEST_CLEANER_CRASH"
+
+# What a pass yields: None to let the event loop run, or a blocking call to run elsewhere.
+Step = Callable[[], object] | None
+
+
+@dataclass(frozen=True)
+class CleanerConfig:
+    """Broker-wide cleaner settings (Kafka's log.cleaner.*)."""
+
+    enabled: bool = True
+    # Pause between looks for work when no log needs cleaning.
+    backoff_ms: int = 15_000
+    # Rough memory bound of one pass's offset map.
+    dedupe_buffer_size: int = 128 * 1024 * 1024
+    # Longest stretch of event-loop time one slice of a pass may take.
+    slice_ms: float = 2.0
+
+
+@dataclass
+class CleanerCheckpoint:
+    """Per partition, persisted: where the dirty part starts, and the earliest delete
+    horizon still pending in the log (-1: none)."""
+
+    first_dirty_offset: int = 0
+    next_horizon_ms: int = -1
+
+
+def load_checkpoint(plog: PartitionLog) -> CleanerCheckpoint:
+    """The partition's checkpoint (cached on the log; read from its file once)."""
+    cached = plog.cleaner_checkpoint
+    if isinstance(cached, CleanerCheckpoint):
+        return cached
+    cp = CleanerCheckpoint()
+    try:
+        data = json.loads((plog.directory / CHECKPOINT_FILE).read_text())
+        cp = CleanerCheckpoint(int(data["first_dirty_offset"]), int(data["next_horizon_ms"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    plog.cleaner_checkpoint = cp
+    return cp
+
+
+def save_checkpoint(plog: PartitionLog, cp: CleanerCheckpoint) -> None:
+    """Persist (temp file and rename, no fsync: a lost checkpoint only means cleaning again)."""
+    plog.cleaner_checkpoint = cp
+    tmp = plog.directory / (CHECKPOINT_FILE + ".tmp")
+    tmp.write_text(json.dumps({"first_dirty_offset": cp.first_dirty_offset,
+                               "next_horizon_ms": cp.next_horizon_ms}))
+    os.replace(tmp, plog.directory / CHECKPOINT_FILE)
+
+
+@dataclass(frozen=True)
+class CleanableRange:
+    """What a pass over ``log`` would clean, and why it is due (``reason``)."""
+
+    log: PartitionLog
+    first_dirty: int
+    end: int
+    clean_bytes: int
+    dirty_bytes: int
+    reason: str
+
+    @property
+    def dirty_ratio(self) -> float:
+        total = self.clean_bytes + self.dirty_bytes
+        return self.dirty_bytes / total if total else 0.0
+
+
+def cleanable_range(plog: PartitionLog, now_ms: int) -> CleanableRange | None:
+    """The range a pass would clean if one is due now, else None. Cheap: in-memory sizes
+    and at most one batch header read."""
+    cfg = plog.config
+    if not cfg.compact or plog.closed or len(plog.segments) < 2:
+        return None
+    cp = load_checkpoint(plog)
+    start = plog.log_start_offset
+    active = plog.segments[-1]
+    first_dirty = min(max(cp.first_dirty_offset, start), active.base_offset)
+    limit = min(plog.last_stable_offset, active.base_offset)
+    end = active.base_offset
+    lag_horizon = now_ms - cfg.min_compaction_lag_ms
+    clean_bytes = dirty_bytes = 0
+    first_dirty_seg: Segment | None = None
+    for seg in plog.segments[:-1]:
+        if seg.next_offset <= start and seg.size:
+            continue
+        if seg.next_offset <= first_dirty:
+            clean_bytes += seg.size
+            continue
+        if seg.next_offset > limit or (cfg.min_compaction_lag_ms > 0
+                                       and seg.max_timestamp > lag_horizon):
+            end = seg.base_offset
+            break
+        dirty_bytes += seg.size
+        first_dirty_seg = first_dirty_seg or seg
+    reason = ""
+    if dirty_bytes and dirty_bytes >= cfg.min_cleanable_dirty_ratio * (clean_bytes + dirty_bytes):
+        reason = "dirty ratio"
+    elif first_dirty_seg is not None and _first_timestamp(first_dirty_seg) < now_ms - cfg.max_compaction_lag_ms:
+        reason = "max.compaction.lag.ms"
+    elif 0 <= cp.next_horizon_ms <= now_ms and clean_bytes:
+        reason = "delete horizon"
+        if not dirty_bytes:
+            end = first_dirty
+    if not reason or end <= start:
+        return None
+    return CleanableRange(plog, first_dirty, end, clean_bytes, dirty_bytes, reason)
+
+
+def _first_timestamp(seg: Segment) -> int:
+    head = seg.read(0, HEADER_SIZE)
+    return parse_header(head).max_timestamp if len(head) == HEADER_SIZE else 2**63 - 1
+
+
+def pick_filthiest(logs: Iterable[PartitionLog], now_ms: int) -> CleanableRange | None:
+    """The due log with the highest dirty ratio (Kafka's choice), or None."""
+    due = [r for r in (cleanable_range(plog, now_ms) for plog in logs) if r is not None]
+    return max(due, key=lambda r: r.dirty_ratio, default=None)
+
+
+@dataclass
+class CleanStats:
+    """What one pass did (``aborted``: it gave up at a swap and changed nothing more)."""
+
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_read: int = 0
+    records_kept: int = 0
+    map_keys: int = 0
+    segments_in: int = 0
+    segments_out: int = 0
+    tombstones_dropped: int = 0
+    markers_dropped: int = 0
+    aborted_records_dropped: int = 0
+    unreadable_batches: int = 0
+    end_offset: int = -1
+    duration_s: float = 0.0
+    aborted: bool = False
+    removed_aborts: list[tuple[int, int]] = field(default_factory=list)
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes_read / 1e6 / self.duration_s if self.duration_s > 0 else 0.0
+
+
+class _Txns:
+    """Kafka's CleanedTransactionMetadata: which batches belong to aborted transactions,
+    and whether a marker's transaction still has batches in the log, tracked in offset
+    order over one pass."""
+
+    def __init__(self, aborted: list[AbortedTxn]) -> None:
+        self._ranges: dict[int, list[tuple[int, int]]] = {}
+        for a in aborted:
+            self._ranges.setdefault(a.producer_id, []).append((a.first_offset, a.last_offset))
+        for ranges in self._ranges.values():
+            ranges.sort()
+        self._committed_seen: set[int] = set()
+        self._aborted_seen: set[int] = set()
+
+    def is_aborted(self, h: BatchHeader) -> bool:
+        ranges = self._ranges.get(h.producer_id)
+        if not h.is_transactional or not ranges:
+            return False
+        i = bisect.bisect_right(ranges, (h.base_offset, 2**63)) - 1
+        return i >= 0 and ranges[i][0] <= h.base_offset < ranges[i][1]
+
+    def on_data(self, h: BatchHeader) -> bool:
+        """True when the batch belongs to an aborted transaction (drop its records)."""
+        if not h.is_transactional:
+            return False
+        if self.is_aborted(h):
+            self._aborted_seen.add(h.producer_id)
+            return True
+        self._committed_seen.add(h.producer_id)
+        return False
+
+    def on_marker(self, h: BatchHeader, committed: bool) -> bool:
+        """True when no batch of the marker's transaction was seen in this pass."""
+        seen = self._committed_seen if committed else self._aborted_seen
+        had = h.producer_id in seen
+        seen.discard(h.producer_id)
+        return not had
+
+
+def _crash_point(name: str) -> None:
+    if os.environ.get(CRASH_ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _on_commit(committed: list[bool]) -> None:
+    committed.append(True)
+    _crash_point("after-commit")
+
+
+def _groups(segments: list[Segment], max_bytes: int) -> list[list[Segment]]:
+    """Consecutive segments whose sizes add up to at most ``max_bytes`` (each group at
+    least one segment) and whose offsets fit one segment's relative range."""
+    groups: list[list[Segment]] = []
+    for seg in segments:
+        if groups:
+            g = groups[-1]
+            size = sum(s.size for s in g) + seg.size
+            if size <= max_bytes and seg.next_offset - 1 - g[0].base_offset <= MAX_RELATIVE_OFFSET:
+                g.append(seg)
+                continue
+        groups.append([seg])
+    return groups
+
+
+def clean(rng: CleanableRange, now_ms: int,
+          config: CleanerConfig) -> Generator[Step, object, CleanStats]:
+    """One cleaning pass over ``rng`` (see the module docstring). Drive it with
+    ``run_to_completion`` or the broker's async driver; closing it early discards the
+    uncommitted group (committed groups stay: each is a complete, valid clean)."""
+    plog = rng.log
+    stats = CleanStats(end_offset=rng.end)
+    began = time.perf_counter()
+    start = plog.log_start_offset
+    in_range = [s for s in plog.segments[:-1]
+                if s.base_offset < rng.end and (s.next_offset > start or not s.size)]
+    fds = {id(s): (os.dup(s.fileno()), s.size) for s in in_range}
+    producers = {pid: (e.batches[-1].last_offset if e.batches else None, e.epoch)
+                 for pid, e in plog.producer_state.producers.items()}
+    txns = _Txns(list(plog.producer_state.aborted))
+    budget = config.slice_ms / 1000.0
+    try:
+        omap = OffsetMap(config.dedupe_buffer_size)
+        end = rng.end
+        slice_start = time.perf_counter()
+        dirty = [s for s in in_range if s.next_offset > rng.first_dirty]
+        for k, seg in enumerate(dirty):
+            if omap.full and k > 0:
+                end = seg.base_offset
+                break
+            fd, size = fds[id(seg)]
+            for _, h, raw in read_batches(fd, 0, size):
+                if h.last_offset < rng.first_dirty or h.is_control or txns.is_aborted(h):
+                    continue
+                try:
+                    records = batch_records(raw, h)[1]
+                except ProtocolError:
+                    continue
+                base = h.base_offset
+                for r in records:
+                    if r.key is not None:
+                        omap.put(r.key, base + r.offset_delta)
+                if time.perf_counter() - slice_start > budget:
+                    yield None
+                    slice_start = time.perf_counter()
+        stats.map_keys = len(omap)
+        stats.end_offset = end
+        cleaner = _BatchCleaner(omap, txns, producers, now_ms, plog.config.delete_retention_ms,
+                                stats)
+        for group in _groups([s for s in in_range if s.base_offset < end], plog.config.segment_bytes):
+            base = group[0].base_offset
+            discard_cleaned(plog.directory, base)
+            out = Segment(plog.directory, base, plog.config.index_interval_bytes, suffix=CLEANED)
+            # Set the moment the manifest is committed: from then on the cleaned files are
+            # the log's and must never be discarded, whatever happens next.
+            committed: list[bool] = []
+            try:
+                for seg in group:
+                    fd, size = fds[id(seg)]
+                    stats.bytes_read += size
+                    for _, h, raw in read_batches(fd, 0, size):
+                        kept = cleaner.clean_batch(h, raw)
+                        if kept is not None:
+                            out.append(kept, [parse_header(kept)])
+                        if time.perf_counter() - slice_start > budget:
+                            yield None
+                            slice_start = time.perf_counter()
+                stats.bytes_written += out.size
+                yield out.flush
+                out.close()
+                replaced = [s.base_offset for s in group]
+                yield partial(write_manifest_tmp, plog.directory, base, replaced)
+                _crash_point("before-commit")
+                if plog.replace_segments(group, base, partial(_on_commit, committed)) is None:
+                    stats.aborted = True
+                    return stats
+                _crash_point("after-swap")
+                stats.segments_in += len(group)
+                stats.segments_out += 1
+                yield partial(remove_manifest, plog.directory, base)
+            finally:
+                out.close()
+                if not committed:
+                    discard_cleaned(plog.directory, base)
+        cp = load_checkpoint(plog)
+        save_checkpoint(plog, CleanerCheckpoint(max(cp.first_dirty_offset, end),
+                                                cleaner.next_horizon))
+        removed = set(cleaner.removed_aborts)
+        if removed:
+            plog.producer_state.aborted = [a for a in plog.producer_state.aborted
+                                           if (a.producer_id, a.last_offset) not in removed]
+        stats.removed_aborts = sorted(removed)
+        return stats
+    finally:
+        for fd, _ in fds.values():
+            os.close(fd)
+        stats.duration_s = time.perf_counter() - began
+
+
+class _BatchCleaner:
+    """Decides, batch by batch in offset order, what of each batch survives."""
+
+    def __init__(self, omap: OffsetMap, txns: _Txns,
+                 producers: dict[int, tuple[int | None, int]], now_ms: int,
+                 delete_retention_ms: int, stats: CleanStats) -> None:
+        self.omap = omap
+        self.txns = txns
+        self.producers = producers
+        self.now_ms = now_ms
+        self.new_horizon = now_ms + delete_retention_ms
+        self.stats = stats
+        self.next_horizon = -1
+        self.removed_aborts: list[tuple[int, int]] = []
+
+    def _last_of_producer(self, h: BatchHeader) -> bool:
+        info = self.producers.get(h.producer_id) if h.producer_id >= 0 else None
+        if info is None:
+            return False
+        last_data, epoch = info
+        if last_data is not None:
+            return not h.is_control and h.last_offset == last_data
+        return h.is_control and h.producer_epoch == epoch
+
+    def _pending(self, horizon: int) -> None:
+        if self.next_horizon < 0 or horizon < self.next_horizon:
+            self.next_horizon = horizon
+
+    def clean_batch(self, h: BatchHeader, raw: bytes) -> bytes | None:
+        """The batch as it should be stored after this pass, or None to drop it."""
+        if h.is_control:
+            return self._clean_marker(h, raw)
+        aborted = self.txns.on_data(h)
+        self.stats.records_read += h.record_count
+        try:
+            buf, records = batch_records(raw, h)
+        except ProtocolError:
+            self.stats.unreadable_batches += 1
+            return raw
+        horizon = delete_horizon(h)
+        tombstones_expire = horizon is not None and horizon <= self.now_ms
+        kept = []
+        tombstones = 0
+        if aborted:
+            self.stats.aborted_records_dropped += len(records)
+        else:
+            base = h.base_offset
+            omap_get = self.omap.get
+            for r in records:
+                if r.key is None or base + r.offset_delta < omap_get(r.key):
+                    continue
+                if not r.has_value:
+                    if tombstones_expire:
+                        self.stats.tombstones_dropped += 1
+                        continue
+                    tombstones += 1
+                kept.append(r)
+        self.stats.records_kept += len(kept)
+        if not kept:
+            return build_empty_batch(h) if self._last_of_producer(h) else None
+        if tombstones and horizon is None:
+            horizon = self.new_horizon
+        if tombstones:
+            assert horizon is not None
+            self._pending(horizon)
+        if len(kept) == len(records) and horizon == delete_horizon(h):
+            return raw
+        attributes = h.attributes
+        shift = 0
+        if horizon is not None:
+            attributes |= DELETE_HORIZON_FLAG
+            shift = horizon - h.base_timestamp
+        max_ts = h.max_timestamp
+        if not h.attributes & TIMESTAMP_TYPE_MASK:
+            max_ts = max(h.base_timestamp + r.timestamp_delta for r in kept)
+        body = b"".join(copy_record(buf, r, shift) for r in kept)
+        return build_raw_batch(h, body, len(kept), attributes=attributes,
+                               base_timestamp=h.base_timestamp + shift, max_timestamp=max_ts)
+
+    def _clean_marker(self, h: BatchHeader, raw: bytes) -> bytes | None:
+        if not h.record_count:  # a marker emptied by an earlier pass
+            return raw if self._last_of_producer(h) else None
+        committed = control_committed(raw)
+        if committed is None:
+            return raw  # not a marker we know: keep it as it is
+        discardable = self.txns.on_marker(h, committed)
+        horizon = delete_horizon(h)
+        if discardable and horizon is not None and horizon <= self.now_ms:
+            self.stats.markers_dropped += 1
+            if not committed:
+                self.removed_aborts.append((h.producer_id, h.base_offset))
+            return build_empty_batch(h) if self._last_of_producer(h) else None
+        if discardable:
+            if horizon is None:
+                horizon = self.new_horizon
+                buf, records = batch_records(raw, h)
+                raw = build_raw_batch(
+                    h, b"".join(copy_record(buf, r, horizon - h.base_timestamp) for r in records),
+                    len(records), attributes=h.attributes | DELETE_HORIZON_FLAG,
+                    base_timestamp=horizon, max_timestamp=h.max_timestamp)
+            self._pending(horizon)
+        return raw
+
+
+def run_to_completion(pass_: Generator[Step, object, CleanStats]) -> CleanStats:
+    """Drive a pass synchronously, running its blocking steps inline (tests, tools)."""
+    result: object = None
+    try:
+        while True:
+            step = pass_.send(result)
+            result = step() if step is not None else None
+    except StopIteration as done:
+        stats: CleanStats = done.value
+        return stats

@@ -17,7 +17,7 @@ import typer
 from rich.markup import escape
 
 from headrace.errors import HeadraceError
-from headrace.ops import groups_cli, topics_cli, transactions_cli
+from headrace.ops import capacity_cli, groups_cli, topics_cli, transactions_cli
 from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS, show_client_logs
 from headrace.ops.console import BootstrapServers, plural, print_error, stderr, stdout
 from headrace.ops.consume import ConsumeOptions, consume
@@ -36,6 +36,7 @@ app = typer.Typer(
 app.add_typer(topics_cli.app)
 app.add_typer(groups_cli.app)
 app.add_typer(transactions_cli.app)
+app.command("capacity")(capacity_cli.capacity)
 
 
 class Acks(StrEnum):

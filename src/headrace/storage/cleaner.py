@@ -37,41 +37,34 @@ so retention deleting a segment meanwhile does not disturb it (the swap then dec
 
 from __future__ import annotations
 
-import bisect
 import json
 import logging
 import os
 import signal
 import time
 from collections.abc import Callable, Generator, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 
 from headrace.protocol.batch_codec import (
-    DELETE_HORIZON_FLAG,
     batch_records,
-    build_empty_batch,
-    build_raw_batch,
-    copy_record,
-    delete_horizon,
 )
 from headrace.protocol.errors import ProtocolError
 from headrace.protocol.records import (
     HEADER_SIZE,
-    TIMESTAMP_TYPE_MASK,
-    BatchHeader,
-    control_committed,
     parse_header,
 )
+from headrace.storage.batch_cleaner import BatchCleaner, CleanStats, TxnTracker
 from headrace.storage.log import PartitionLog
 from headrace.storage.offset_map import OffsetMap
-from headrace.storage.producer_state import AbortedTxn
 from headrace.storage.segment import MAX_RELATIVE_OFFSET, Segment, read_batches
 from headrace.storage.swap import CLEANED, discard_cleaned, remove_manifest, write_manifest_tmp
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_FILE = "cleaner-checkpoint.json"
+# Bytes read per pread: small enough that a cold read does not hold the event loop long.
+READ_CHUNK = 1024 * 1024
 # Test hook: the broker SIGKILLs itself when the cleaner reaches the named point
 # ("before-commit", "after-commit", "after-swap"), for crash-safety tests.
 CRASH_ENV = "HEADRACE_TEST_CLEANER_CRASH"
@@ -195,70 +188,6 @@ def pick_filthiest(logs: Iterable[PartitionLog], now_ms: int) -> CleanableRange 
     return max(due, key=lambda r: r.dirty_ratio, default=None)
 
 
-@dataclass
-class CleanStats:
-    """What one pass did (``aborted``: it gave up at a swap and changed nothing more)."""
-
-    bytes_read: int = 0
-    bytes_written: int = 0
-    records_read: int = 0
-    records_kept: int = 0
-    map_keys: int = 0
-    segments_in: int = 0
-    segments_out: int = 0
-    tombstones_dropped: int = 0
-    markers_dropped: int = 0
-    aborted_records_dropped: int = 0
-    unreadable_batches: int = 0
-    end_offset: int = -1
-    duration_s: float = 0.0
-    aborted: bool = False
-    removed_aborts: list[tuple[int, int]] = field(default_factory=list)
-
-    @property
-    def mb_per_s(self) -> float:
-        return self.bytes_read / 1e6 / self.duration_s if self.duration_s > 0 else 0.0
-
-
-class _Txns:
-    """Kafka's CleanedTransactionMetadata: which batches belong to aborted transactions,
-    and whether a marker's transaction still has batches in the log, tracked in offset
-    order over one pass."""
-
-    def __init__(self, aborted: list[AbortedTxn]) -> None:
-        self._ranges: dict[int, list[tuple[int, int]]] = {}
-        for a in aborted:
-            self._ranges.setdefault(a.producer_id, []).append((a.first_offset, a.last_offset))
-        for ranges in self._ranges.values():
-            ranges.sort()
-        self._committed_seen: set[int] = set()
-        self._aborted_seen: set[int] = set()
-
-    def is_aborted(self, h: BatchHeader) -> bool:
-        ranges = self._ranges.get(h.producer_id)
-        if not h.is_transactional or not ranges:
-            return False
-        i = bisect.bisect_right(ranges, (h.base_offset, 2**63)) - 1
-        return i >= 0 and ranges[i][0] <= h.base_offset < ranges[i][1]
-
-    def on_data(self, h: BatchHeader) -> bool:
-        """True when the batch belongs to an aborted transaction (drop its records)."""
-        if not h.is_transactional:
-            return False
-        if self.is_aborted(h):
-            self._aborted_seen.add(h.producer_id)
-            return True
-        self._committed_seen.add(h.producer_id)
-        return False
-
-    def on_marker(self, h: BatchHeader, committed: bool) -> bool:
-        """True when no batch of the marker's transaction was seen in this pass."""
-        seen = self._committed_seen if committed else self._aborted_seen
-        had = h.producer_id in seen
-        seen.discard(h.producer_id)
-        return not had
-
-
 def _crash_point(name: str) -> None:
     if os.environ.get(CRASH_ENV) == name:
         os.kill(os.getpid(), signal.SIGKILL)
@@ -298,7 +227,7 @@ def clean(rng: CleanableRange, now_ms: int,
     fds = {id(s): (os.dup(s.fileno()), s.size) for s in in_range}
     producers = {pid: (e.batches[-1].last_offset if e.batches else None, e.epoch)
                  for pid, e in plog.producer_state.producers.items()}
-    txns = _Txns(list(plog.producer_state.aborted))
+    txns = TxnTracker(list(plog.producer_state.aborted))
     budget = config.slice_ms / 1000.0
     try:
         omap = OffsetMap(config.dedupe_buffer_size)
@@ -310,7 +239,7 @@ def clean(rng: CleanableRange, now_ms: int,
                 end = seg.base_offset
                 break
             fd, size = fds[id(seg)]
-            for _, h, raw in read_batches(fd, 0, size):
+            for _, h, raw in read_batches(fd, 0, size, READ_CHUNK):
                 if h.last_offset < rng.first_dirty or h.is_control or txns.is_aborted(h):
                     continue
                 try:
@@ -326,7 +255,7 @@ def clean(rng: CleanableRange, now_ms: int,
                     slice_start = time.perf_counter()
         stats.map_keys = len(omap)
         stats.end_offset = end
-        cleaner = _BatchCleaner(omap, txns, producers, now_ms, plog.config.delete_retention_ms,
+        cleaner = BatchCleaner(omap, txns, producers, now_ms, plog.config.delete_retention_ms,
                                 stats)
         for group in _groups([s for s in in_range if s.base_offset < end], plog.config.segment_bytes):
             base = group[0].base_offset
@@ -339,7 +268,7 @@ def clean(rng: CleanableRange, now_ms: int,
                 for seg in group:
                     fd, size = fds[id(seg)]
                     stats.bytes_read += size
-                    for _, h, raw in read_batches(fd, 0, size):
+                    for _, h, raw in read_batches(fd, 0, size, READ_CHUNK):
                         kept = cleaner.clean_batch(h, raw)
                         if kept is not None:
                             out.append(kept, [parse_header(kept)])
@@ -378,110 +307,6 @@ def clean(rng: CleanableRange, now_ms: int,
         stats.duration_s = time.perf_counter() - began
 
 
-class _BatchCleaner:
-    """Decides, batch by batch in offset order, what of each batch survives."""
-
-    def __init__(self, omap: OffsetMap, txns: _Txns,
-                 producers: dict[int, tuple[int | None, int]], now_ms: int,
-                 delete_retention_ms: int, stats: CleanStats) -> None:
-        self.omap = omap
-        self.txns = txns
-        self.producers = producers
-        self.now_ms = now_ms
-        self.new_horizon = now_ms + delete_retention_ms
-        self.stats = stats
-        self.next_horizon = -1
-        self.removed_aborts: list[tuple[int, int]] = []
-
-    def _last_of_producer(self, h: BatchHeader) -> bool:
-        info = self.producers.get(h.producer_id) if h.producer_id >= 0 else None
-        if info is None:
-            return False
-        last_data, epoch = info
-        if last_data is not None:
-            return not h.is_control and h.last_offset == last_data
-        return h.is_control and h.producer_epoch == epoch
-
-    def _pending(self, horizon: int) -> None:
-        if self.next_horizon < 0 or horizon < self.next_horizon:
-            self.next_horizon = horizon
-
-    def clean_batch(self, h: BatchHeader, raw: bytes) -> bytes | None:
-        """The batch as it should be stored after this pass, or None to drop it."""
-        if h.is_control:
-            return self._clean_marker(h, raw)
-        aborted = self.txns.on_data(h)
-        self.stats.records_read += h.record_count
-        try:
-            buf, records = batch_records(raw, h)
-        except ProtocolError:
-            self.stats.unreadable_batches += 1
-            return raw
-        horizon = delete_horizon(h)
-        tombstones_expire = horizon is not None and horizon <= self.now_ms
-        kept = []
-        tombstones = 0
-        if aborted:
-            self.stats.aborted_records_dropped += len(records)
-        else:
-            base = h.base_offset
-            omap_get = self.omap.get
-            for r in records:
-                if r.key is None or base + r.offset_delta < omap_get(r.key):
-                    continue
-                if not r.has_value:
-                    if tombstones_expire:
-                        self.stats.tombstones_dropped += 1
-                        continue
-                    tombstones += 1
-                kept.append(r)
-        self.stats.records_kept += len(kept)
-        if not kept:
-            return build_empty_batch(h) if self._last_of_producer(h) else None
-        if tombstones and horizon is None:
-            horizon = self.new_horizon
-        if tombstones:
-            assert horizon is not None
-            self._pending(horizon)
-        if len(kept) == len(records) and horizon == delete_horizon(h):
-            return raw
-        attributes = h.attributes
-        shift = 0
-        if horizon is not None:
-            attributes |= DELETE_HORIZON_FLAG
-            shift = horizon - h.base_timestamp
-        max_ts = h.max_timestamp
-        if not h.attributes & TIMESTAMP_TYPE_MASK:
-            max_ts = max(h.base_timestamp + r.timestamp_delta for r in kept)
-        body = b"".join(copy_record(buf, r, shift) for r in kept)
-        return build_raw_batch(h, body, len(kept), attributes=attributes,
-                               base_timestamp=h.base_timestamp + shift, max_timestamp=max_ts)
-
-    def _clean_marker(self, h: BatchHeader, raw: bytes) -> bytes | None:
-        if not h.record_count:  # a marker emptied by an earlier pass
-            return raw if self._last_of_producer(h) else None
-        committed = control_committed(raw)
-        if committed is None:
-            return raw  # not a marker we know: keep it as it is
-        discardable = self.txns.on_marker(h, committed)
-        horizon = delete_horizon(h)
-        if discardable and horizon is not None and horizon <= self.now_ms:
-            self.stats.markers_dropped += 1
-            if not committed:
-                self.removed_aborts.append((h.producer_id, h.base_offset))
-            return build_empty_batch(h) if self._last_of_producer(h) else None
-        if discardable:
-            if horizon is None:
-                horizon = self.new_horizon
-                buf, records = batch_records(raw, h)
-                raw = build_raw_batch(
-                    h, b"".join(copy_record(buf, r, horizon - h.base_timestamp) for r in records),
-                    len(records), attributes=h.attributes | DELETE_HORIZON_FLAG,
-                    base_timestamp=horizon, max_timestamp=h.max_timestamp)
-            self._pending(horizon)
-        return raw
-
-
 def run_to_completion(pass_: Generator[Step, object, CleanStats]) -> CleanStats:
     """Drive a pass synchronously, running its blocking steps inline (tests, tools)."""
     result: object = None
@@ -492,3 +317,8 @@ def run_to_completion(pass_: Generator[Step, object, CleanStats]) -> CleanStats:
     except StopIteration as done:
         stats: CleanStats = done.value
         return stats
+
+
+__all__ = ["CRASH_ENV", "CleanStats", "CleanableRange", "CleanerCheckpoint", "CleanerConfig",
+           "Step", "clean", "cleanable_range", "load_checkpoint", "pick_filthiest",
+           "run_to_completion", "save_checkpoint"]

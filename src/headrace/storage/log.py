@@ -16,7 +16,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from headrace.protocol.errors import ProtocolError
@@ -31,6 +31,7 @@ from headrace.protocol.records import (
 from headrace.storage.config import LogConfig
 from headrace.storage.errors import OffsetOutOfRangeError, PolicyViolationError
 from headrace.storage.producer_state import ProducerStateManager
+from headrace.storage.results import AppendResult, FileRegion, ReadResult, RegionResult
 from headrace.storage.segment import MAX_RELATIVE_OFFSET, Segment
 from headrace.storage.swap import (
     commit_manifest,
@@ -42,56 +43,6 @@ from headrace.storage.swap import (
 CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
 # Written by DeleteRecords: the log start offset when it lies above the first segment's base.
 LOG_START_FILE = "log-start-offset"
-
-
-@dataclass(frozen=True, slots=True)
-class AppendResult:
-    base_offset: int
-    last_offset: int
-    log_start_offset: int
-
-
-class FileRegion:
-    """A byte range of a segment file, with its own descriptor (close it, or use ``with``)."""
-
-    __slots__ = ("fd", "length", "position")
-
-    def __init__(self, fd: int, position: int, length: int) -> None:
-        self.fd = fd
-        self.position = position
-        self.length = length
-
-    def read(self) -> bytes:
-        return os.pread(self.fd, self.length, self.position)
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-    def __enter__(self) -> FileRegion:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-@dataclass(frozen=True, slots=True)
-class RegionResult:
-    """Where whole batches are: ``region`` is None when there is nothing to read."""
-
-    region: FileRegion | None
-    high_watermark: int
-    log_start_offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class ReadResult:
-    """Whole batches read from one segment: ``data`` may be empty at the log end."""
-
-    data: bytes
-    high_watermark: int
-    log_start_offset: int
 
 
 class PartitionLog:
@@ -524,4 +475,5 @@ class PartitionLog:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-__all__ = ["CLEAN_SHUTDOWN_FILE", "FileRegion", "PartitionLog", "fsync_dir"]
+__all__ = ["CLEAN_SHUTDOWN_FILE", "AppendResult", "FileRegion", "PartitionLog", "ReadResult",
+           "RegionResult", "fsync_dir"]

@@ -33,15 +33,16 @@ class OffsetMap:
 
     def put(self, key: bytes, offset: int) -> None:
         """Record ``offset`` for ``key``; offsets must be put in increasing order."""
-        k = _map_key(key)
-        if k not in self._offsets:
+        k = key if len(key) <= DIGEST_ABOVE else _map_key(key)
+        offsets = self._offsets
+        if k not in offsets:
             self.used_bytes += ENTRY_OVERHEAD + len(k)
-        self._offsets[k] = offset
+        offsets[k] = offset
         self.latest_offset = offset
 
     def get(self, key: bytes) -> int:
         """The latest offset put for ``key``, or -1."""
-        return self._offsets.get(_map_key(key), -1)
+        return self._offsets.get(key if len(key) <= DIGEST_ABOVE else _map_key(key), -1)
 
     @property
     def full(self) -> bool:

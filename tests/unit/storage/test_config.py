@@ -83,7 +83,7 @@ def test_broker_defaults_take_kafka_broker_names() -> None:
                              "message.max.bytes": "2000", "segment.bytes": "4096"})
     assert (cfg.retention_ms, cfg.cleanup_policy, cfg.max_message_bytes, cfg.segment_bytes) == (
         1000, "compact", 2000, 4096)
-    with pytest.raises(InvalidConfigError, match="Unknown broker log config name: log.nope"):
+    with pytest.raises(InvalidConfigError, match=r"Unknown broker log config name: log\.nope"):
         broker_log_config({"log.nope": "1"})
 
 

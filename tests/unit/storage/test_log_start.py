@@ -45,7 +45,7 @@ def test_delete_records_advances_and_persists(tmp_path: Path) -> None:
 def test_delete_records_needs_the_delete_policy(tmp_path: Path) -> None:
     log = new_log(tmp_path, cleanup_policy="compact")
     append(log, 1)
-    with pytest.raises(PolicyViolationError, match="cleanup.policy is compact"):
+    with pytest.raises(PolicyViolationError, match=r"cleanup\.policy is compact"):
         log.delete_records(1)
     log.close()
 

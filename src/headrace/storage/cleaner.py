@@ -82,7 +82,8 @@ class CleanerConfig:
     backoff_ms: int = 15_000
     # Rough memory bound of one pass's offset map.
     dedupe_buffer_size: int = 128 * 1024 * 1024
-    # Longest stretch of event-loop time one slice of a pass may take.
+    # Longest stretch of event-loop time one slice of a pass may take; between slices
+    # the requests that arrived meanwhile are served.
     slice_ms: float = 2.0
 
 

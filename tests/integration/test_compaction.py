@@ -24,6 +24,12 @@ from confluent_kafka.admin import (
 
 from headrace.storage.cleaner import CRASH_ENV
 from headrace.testing import EmbeddedBroker
+from tests.compat.clients import (
+    aiokafka_consume,
+    confluent_consume,
+    kafka_python_consume,
+    kcat_consume,
+)
 from tests.integration.txn_support import Reader, transactional_producer, wait_for
 
 FAST_CLEANER = ["--log-cleaner-backoff-ms", "100", "--log-retention-check-interval-ms", "200"]
@@ -303,3 +309,24 @@ def test_transaction_state_and_aborted_data_after_cleaning(tmp_path: Path) -> No
         with Reader(bootstrap, "txn-table") as reader:
             records = reader.read_to_end()[0]
         assert {k: v for _, k, v in records if k is not None} == expected
+
+
+def test_every_client_reads_a_compacted_log(cleaning_broker: EmbeddedBroker,
+                                            topic_name: str) -> None:
+    """Gaps, batches starting after the offset asked for, emptied batches kept for the
+    producer's sequence, tombstones: librdkafka, kafka-python, aiokafka and kcat all read
+    the same records."""
+    bootstrap = cleaning_broker.bootstrap_servers
+    create_compacted(bootstrap, topic_name, **{"segment.bytes": "4096"})
+    rng = random.Random(9)
+    written = produce(bootstrap, topic_name, [
+        (b"k%d" % rng.randrange(30), None if rng.random() < 0.1 else b"v%d" % i)
+        for i in range(2000)])
+    written += roll_after_segment_ms(bootstrap, topic_name)
+    wait_for("compaction", lambda: len(read_with_tombstones(bootstrap, topic_name)) <= 31,
+             timeout=30, interval=0.3)
+    expected = [(o, k, v) for o, k, v in read_with_tombstones(bootstrap, topic_name)]
+    check_subset(expected, written)
+    for consume in (confluent_consume, kafka_python_consume, aiokafka_consume, kcat_consume):
+        got = [(c.offset, c.key, c.value) for c in consume(bootstrap, topic_name, [0])]
+        assert got == expected, consume.__name__

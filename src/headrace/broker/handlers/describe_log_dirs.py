@@ -1,4 +1,4 @@
-"""DescribeLogDirs (key 35), versions 1-4 (the codec has no v0; v5 adds cordoning).
+"""DescribeLogDirs (key 35), versions 0-4 (v0 and v1 share one layout; v5 adds cordoning).
 
 One log directory, the broker's data directory: for each requested partition (or all,
 when ``topics`` is null) the bytes of its segment files, offset lag 0 (no replicas) and

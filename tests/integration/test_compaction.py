@@ -34,6 +34,7 @@ from tests.integration.txn_support import Reader, transactional_producer, wait_f
 
 FAST_CLEANER = ["--log-cleaner-backoff-ms", "100", "--log-retention-check-interval-ms", "200"]
 Changelog = list[tuple[int, bytes, bytes | None]]  # offset, key, value
+SEGMENT_MS = 300
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +44,7 @@ def cleaning_broker() -> Iterator[EmbeddedBroker]:
 
 
 def create_compacted(bootstrap: str, topic: str, **configs: str) -> None:
-    cfg = {"cleanup.policy": "compact", "segment.bytes": "65536", "segment.ms": "1000",
+    cfg = {"cleanup.policy": "compact", "segment.bytes": "65536", "segment.ms": str(SEGMENT_MS),
            "min.cleanable.dirty.ratio": "0.01", **configs}
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, 1, 1, config=cfg)])[topic].result(10)
@@ -81,9 +82,9 @@ def produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes | None]
 
 
 def roll_after_segment_ms(bootstrap: str, topic: str, key: bytes = b"sentinel") -> Changelog:
-    """Wait out segment.ms (1 s) and produce one record: the active segment rolls, so
+    """Wait out segment.ms and produce one record: the active segment rolls, so
     everything before the record becomes cleanable."""
-    time.sleep(1.1)
+    time.sleep(SEGMENT_MS / 1000 + 0.05)
     return produce(bootstrap, topic, [(key, b"roll")])
 
 
@@ -195,7 +196,7 @@ def test_kill_during_cleaning_loses_nothing(tmp_path: Path, point: str,
         rng = random.Random(point)
         written = produce(bootstrap, "changelog",
                           [(b"k%d" % rng.randrange(50), None if rng.random() < 0.1 else b"v%d" % i)
-                           for i in range(3000)])
+                           for i in range(1500)])
         set_configs(bootstrap, "changelog", {"cleanup.policy": "compact"})
         assert broker.process is not None
         broker.process.wait(30)  # the cleaner SIGKILLs the broker at the crash point
@@ -221,10 +222,10 @@ def test_kill_at_random_moments_while_cleaning(tmp_path: Path) -> None:
     with EmbeddedBroker(data_dir=tmp_path, extra_args=FAST_CLEANER) as broker:
         bootstrap = broker.bootstrap_servers
         create_compacted(bootstrap, "changelog", **{"segment.bytes": "4096"})
-        for round_ in range(4):
+        for round_ in range(3):
             written += produce(bootstrap, "changelog",
                                [(b"k%d" % rng.randrange(200), b"r%d-%d" % (round_, i))
-                                for i in range(5000)])
+                                for i in range(3000)])
             written += roll_after_segment_ms(bootstrap, "changelog", b"roll-%d" % round_)
             time.sleep(rng.uniform(0.0, 0.4))  # somewhere inside a cleaning pass
             broker.kill()
@@ -268,7 +269,7 @@ def test_transaction_state_and_aborted_data_after_cleaning(tmp_path: Path) -> No
         set_configs(bootstrap, "__transaction_state", {"segment.bytes": "2048"})
         producer = transactional_producer(bootstrap, "table-writer")
         expected: dict[bytes, bytes] = {}
-        for i in range(60):
+        for i in range(30):
             producer.begin_transaction()
             key = b"k%d" % (i % 10)
             producer.produce("txn-table", key=key, value=b"v%d" % i, partition=0)
@@ -277,7 +278,7 @@ def test_transaction_state_and_aborted_data_after_cleaning(tmp_path: Path) -> No
             else:
                 producer.commit_transaction(10)
                 expected[key] = b"v%d" % i
-        time.sleep(1.1)
+        time.sleep(SEGMENT_MS / 1000 + 0.05)
         producer.begin_transaction()
         producer.produce("txn-table", key=b"roll", value=b"roll", partition=0)
         producer.commit_transaction(10)
@@ -289,7 +290,7 @@ def test_transaction_state_and_aborted_data_after_cleaning(tmp_path: Path) -> No
             return len(records) <= 11
 
         wait_for("aborted and superseded records to be cleaned", clean_enough, 30, 0.3)
-        # 180 state changes of one transactional id, compacted (all but the active segment).
+        # 90 state changes of one transactional id, compacted (all but the active segment).
         wait_for("the transaction log to be cleaned", lambda: sum(
             f.stat().st_size for f in tmp_path.glob("__transaction_state-0/*.log")) < 5000,
             timeout=30, interval=0.3)

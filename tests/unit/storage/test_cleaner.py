@@ -235,6 +235,21 @@ def test_dirty_ratio_and_min_compaction_lag(tmp_path: Path) -> None:
     lagged.close()
 
 
+def test_max_compaction_lag_forces_a_pass_below_the_ratio(tmp_path: Path) -> None:
+    log = compact_log(tmp_path / "t-0", min_cleanable_dirty_ratio=0.9,
+                      max_compaction_lag_ms=10_000)
+    for i in range(4):
+        append(log, [(b"k%d" % i, b"v")], ts=1000)
+        log.roll()
+    run_pass(log, 2000)
+    append(log, [(b"k0", b"w")], ts=5000)
+    log.roll()
+    assert cleanable_range(log, 14_000) is None  # 1 dirty segment of 5, not old enough
+    rng = cleanable_range(log, 15_001)
+    assert rng is not None and rng.reason == "max.compaction.lag.ms"
+    log.close()
+
+
 def test_tombstone_survives_until_its_delete_horizon(tmp_path: Path) -> None:
     log = compact_log(tmp_path / "t-0", delete_retention_ms=1000)
     written = append(log, [(b"a", b"1"), (b"b", b"1")])

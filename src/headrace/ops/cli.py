@@ -111,10 +111,6 @@ def broker(
         int, typer.Option(min=1024, help="Approximate memory bound of one cleaning pass's "
                           "key map, in bytes.")
     ] = 128 * 1024 * 1024,
-    log_cleaner_slice_ms: Annotated[
-        float, typer.Option(min=0.1, help="Longest run of cleaning work between two looks "
-                            "at waiting requests.")
-    ] = 2.0,
     log_retention_check_interval_ms: Annotated[
         int, typer.Option(min=1, help="How often retention deletes expired segments.")
     ] = 30_000,
@@ -135,8 +131,7 @@ def broker(
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="'--config'") from e
     cleaner = CleanerConfig(enabled=log_cleaner, backoff_ms=log_cleaner_backoff_ms,
-                            dedupe_buffer_size=log_cleaner_dedupe_buffer_size,
-                            slice_ms=log_cleaner_slice_ms)
+                            dedupe_buffer_size=log_cleaner_dedupe_buffer_size)
     broker_config = BrokerConfig(
         data_dir=data_dir,
         host=host,

@@ -29,48 +29,64 @@ Tombstones, transaction markers, transactions (KIP-534, KIP-98):
 * records without a key are dropped (Kafka calls them invalid in a compacted topic; Produce
   refuses them there, but a topic switched from delete to compact may hold some).
 
-The pass is a generator run on the broker's event loop: it yields after at most
-``slice_ms`` of work so appends and fetches interleave, and yields blocking calls (fsyncs)
-for the driver to run on a worker thread. It reads through its own duplicated descriptors,
-so retention deleting a segment meanwhile does not disturb it (the swap then declines).
+The pass is a generator run on the broker's event loop. It does the file work itself
+(reads through its own duplicated descriptors, so retention deleting a segment meanwhile
+does not disturb it; the swap then declines) and yields the rest: ``Offload`` steps,
+chunks of whole batches for ``storage.cleaner_worker`` (the CPU-heavy part, run by the
+broker in a separate niced process), and blocking calls (fsyncs) for a worker thread.
+``run_to_completion`` runs every step inline instead.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
 import signal
 import time
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
+from typing import cast
 
-from headrace.protocol.batch_codec import (
-    batch_records,
+from headrace.protocol.records import HEADER_SIZE, BatchHeader, parse_header
+from headrace.storage.batch_cleaner import CleanStats
+from headrace.storage.cleaner_worker import (
+    PassResult,
+    PassSetup,
+    begin_pass,
+    clean_batches,
+    end_pass,
+    map_batches,
 )
-from headrace.protocol.errors import ProtocolError
-from headrace.protocol.records import (
-    HEADER_SIZE,
-    parse_header,
-)
-from headrace.storage.batch_cleaner import BatchCleaner, CleanStats, TxnTracker
 from headrace.storage.log import PartitionLog
-from headrace.storage.offset_map import OffsetMap
 from headrace.storage.segment import MAX_RELATIVE_OFFSET, Segment, read_batches
 from headrace.storage.swap import CLEANED, discard_cleaned, remove_manifest, write_manifest_tmp
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_FILE = "cleaner-checkpoint.json"
+_PASS_IDS = itertools.count(1)
 # Bytes read per pread: small enough that a cold read does not hold the event loop long.
 READ_CHUNK = 1024 * 1024
 # Test hook: the broker SIGKILLs itself when the cleaner reaches the named point
 # ("before-commit", "after-commit", "after-swap"), for crash-safety tests.
 CRASH_ENV = "HEADRACE_TEST_CLEANER_CRASH"
 
-# What a pass yields: None to let the event loop run, or a blocking call to run elsewhere.
-Step = Callable[[], object] | None
+
+
+@dataclass(frozen=True)
+class Offload:
+    """A CPU-heavy call (``storage.cleaner_worker``) for the cleaner's worker process."""
+
+    fn: Callable[..., object]
+    args: tuple[object, ...]
+
+
+# What a pass yields: None to let the event loop run, a blocking call (fsync) for a
+# worker thread, or an ``Offload`` for the worker process; each gets the call's result.
+Step = Offload | Callable[[], object] | None
 
 
 @dataclass(frozen=True)
@@ -80,11 +96,10 @@ class CleanerConfig:
     enabled: bool = True
     # Pause between looks for work when no log needs cleaning.
     backoff_ms: int = 15_000
-    # Rough memory bound of one pass's offset map.
+    # Rough memory bound of one pass's offset map (in the worker process).
     dedupe_buffer_size: int = 128 * 1024 * 1024
-    # Longest stretch of event-loop time one slice of a pass may take; between slices
-    # the requests that arrived meanwhile are served.
-    slice_ms: float = 2.0
+    # Bytes of whole batches sent to the worker process at a time.
+    chunk_bytes: int = 256 * 1024
 
 
 @dataclass
@@ -214,6 +229,20 @@ def _groups(segments: list[Segment], max_bytes: int) -> list[list[Segment]]:
     return groups
 
 
+def _chunks(fd: int, size: int, chunk_bytes: int) -> Iterator[list[bytes]]:
+    """The segment's batches, whole, in lists of about ``chunk_bytes``."""
+    chunk: list[bytes] = []
+    n = 0
+    for _, _, raw in read_batches(fd, 0, size, READ_CHUNK):
+        chunk.append(raw)
+        n += len(raw)
+        if n >= chunk_bytes:
+            yield chunk
+            chunk, n = [], 0
+    if chunk:
+        yield chunk
+
+
 def clean(rng: CleanableRange, now_ms: int,
           config: CleanerConfig) -> Generator[Step, object, CleanStats]:
     """One cleaning pass over ``rng`` (see the module docstring). Drive it with
@@ -226,39 +255,26 @@ def clean(rng: CleanableRange, now_ms: int,
     in_range = [s for s in plog.segments[:-1]
                 if s.base_offset < rng.end and (s.next_offset > start or not s.size)]
     fds = {id(s): (os.dup(s.fileno()), s.size) for s in in_range}
-    producers = {pid: (e.batches[-1].last_offset if e.batches else None, e.epoch)
-                 for pid, e in plog.producer_state.producers.items()}
-    txns = TxnTracker(list(plog.producer_state.aborted))
-    budget = config.slice_ms / 1000.0
+    pass_id = next(_PASS_IDS)
+    setup = PassSetup(
+        pass_id, rng.first_dirty, now_ms, plog.config.delete_retention_ms,
+        config.dedupe_buffer_size, tuple(plog.producer_state.aborted),
+        {pid: (e.batches[-1].last_offset if e.batches else None, e.epoch)
+         for pid, e in plog.producer_state.producers.items()})
     try:
-        omap = OffsetMap(config.dedupe_buffer_size)
+        yield Offload(begin_pass, (setup,))
         end = rng.end
-        slice_start = time.perf_counter()
-        dirty = [s for s in in_range if s.next_offset > rng.first_dirty]
-        for k, seg in enumerate(dirty):
-            if omap.full and k > 0:
+        full = False
+        for k, seg in enumerate(s for s in in_range if s.next_offset > rng.first_dirty):
+            if full and k > 0:
                 end = seg.base_offset
                 break
             fd, size = fds[id(seg)]
-            for _, h, raw in read_batches(fd, 0, size, READ_CHUNK):
-                if h.last_offset < rng.first_dirty or h.is_control or txns.is_aborted(h):
-                    continue
-                try:
-                    records = batch_records(raw, h)[1]
-                except ProtocolError:
-                    continue
-                base = h.base_offset
-                for r in records:
-                    if r.key is not None:
-                        omap.put(r.key, base + r.offset_delta)
-                if time.perf_counter() - slice_start > budget:
-                    yield None
-                    slice_start = time.perf_counter()
-        stats.map_keys = len(omap)
+            for chunk in _chunks(fd, size, config.chunk_bytes):
+                full = bool((yield Offload(map_batches, (pass_id, chunk))))
         stats.end_offset = end
-        cleaner = BatchCleaner(omap, txns, producers, now_ms, plog.config.delete_retention_ms,
-                                stats)
-        for group in _groups([s for s in in_range if s.base_offset < end], plog.config.segment_bytes):
+        for group in _groups([s for s in in_range if s.base_offset < end],
+                             plog.config.segment_bytes):
             base = group[0].base_offset
             discard_cleaned(plog.directory, base)
             out = Segment(plog.directory, base, plog.config.index_interval_bytes, suffix=CLEANED)
@@ -269,13 +285,11 @@ def clean(rng: CleanableRange, now_ms: int,
                 for seg in group:
                     fd, size = fds[id(seg)]
                     stats.bytes_read += size
-                    for _, h, raw in read_batches(fd, 0, size, READ_CHUNK):
-                        kept = cleaner.clean_batch(h, raw)
-                        if kept is not None:
-                            out.append(kept, [parse_header(kept)])
-                        if time.perf_counter() - slice_start > budget:
-                            yield None
-                            slice_start = time.perf_counter()
+                    for chunk in _chunks(fd, size, config.chunk_bytes):
+                        kept = yield Offload(clean_batches, (pass_id, chunk))
+                        data, headers = cast(tuple[bytes, list[BatchHeader]], kept)
+                        if data:
+                            out.append(data, headers)
                 stats.bytes_written += out.size
                 yield out.flush
                 out.close()
@@ -293,10 +307,14 @@ def clean(rng: CleanableRange, now_ms: int,
                 out.close()
                 if not committed:
                     discard_cleaned(plog.directory, base)
+        result = cast(PassResult, (yield Offload(end_pass, (pass_id,))))
+        for name in ("records_read", "records_kept", "map_keys", "tombstones_dropped",
+                     "markers_dropped", "aborted_records_dropped", "unreadable_batches"):
+            setattr(stats, name, getattr(result.stats, name))
         cp = load_checkpoint(plog)
         save_checkpoint(plog, CleanerCheckpoint(max(cp.first_dirty_offset, end),
-                                                cleaner.next_horizon))
-        removed = set(cleaner.removed_aborts)
+                                                result.next_horizon))
+        removed = set(result.removed_aborts)
         if removed:
             plog.producer_state.aborted = [a for a in plog.producer_state.aborted
                                            if (a.producer_id, a.last_offset) not in removed]
@@ -308,18 +326,26 @@ def clean(rng: CleanableRange, now_ms: int,
         stats.duration_s = time.perf_counter() - began
 
 
+def run_step(step: Step) -> object:
+    """Run one step inline (in this process and thread)."""
+    if step is None:
+        return None
+    if isinstance(step, Offload):
+        return step.fn(*step.args)
+    return step()
+
+
 def run_to_completion(pass_: Generator[Step, object, CleanStats]) -> CleanStats:
-    """Drive a pass synchronously, running its blocking steps inline (tests, tools)."""
+    """Drive a pass synchronously, running every step inline (tests, tools)."""
     result: object = None
     try:
         while True:
-            step = pass_.send(result)
-            result = step() if step is not None else None
+            result = run_step(pass_.send(result))
     except StopIteration as done:
         stats: CleanStats = done.value
         return stats
 
 
 __all__ = ["CRASH_ENV", "CleanStats", "CleanableRange", "CleanerCheckpoint", "CleanerConfig",
-           "Step", "clean", "cleanable_range", "load_checkpoint", "pick_filthiest",
-           "run_to_completion", "save_checkpoint"]
+           "Offload", "Step", "clean", "cleanable_range", "load_checkpoint", "pick_filthiest",
+           "run_step", "run_to_completion", "save_checkpoint"]

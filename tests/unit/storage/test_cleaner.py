@@ -24,6 +24,7 @@ from headrace.storage.cleaner import (
     clean,
     cleanable_range,
     load_checkpoint,
+    run_step,
     run_to_completion,
 )
 from headrace.storage.config import LogConfig
@@ -146,7 +147,7 @@ OPS = st.lists(
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(OPS, st.sampled_from([1 << 30, 300]))
 def test_cleaning_matches_a_dict_model(ops: list[tuple[str, list, int]], capacity: int) -> None:
-    config = CleanerConfig(dedupe_buffer_size=capacity)
+    config = CleanerConfig(dedupe_buffer_size=capacity, chunk_bytes=200)
     with tempfile.TemporaryDirectory() as d:
         log = compact_log(Path(d))
         written: list[Rec] = []
@@ -445,12 +446,11 @@ def test_abandoned_pass_at_any_step_recovers(stop_after: int,
         log.roll()
         rng = cleanable_range(log, 10**6)
         assert rng is not None
-        pass_ = clean(rng, 10**6, CleanerConfig(dedupe_buffer_size=1 << 30, slice_ms=0))
+        pass_ = clean(rng, 10**6, CleanerConfig(dedupe_buffer_size=1 << 30, chunk_bytes=1))
         result: object = None
         try:
             for _ in range(stop_after):
-                step = pass_.send(result)
-                result = step() if step is not None else None
+                result = run_step(pass_.send(result))
         except StopIteration:
             pass
         # Abandon the pass mid-way (its uncommitted files stay, as after a crash).

@@ -45,6 +45,8 @@ class BrokerSpec:
 
     kind: str
     fsync: bool = False
+    # Extra ``headrace broker`` arguments (e.g. cleaner settings); not part of the name.
+    extra_args: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -123,7 +125,7 @@ def _command(spec: BrokerSpec, port: int, data_dir: Path | None) -> list[str]:
         ]
         if spec.fsync:
             cmd.append("--fsync")
-        return cmd
+        return cmd + list(spec.extra_args)
     if spec.kind == "tansu":
         url = f"tcp://127.0.0.1:{port}"
         return [

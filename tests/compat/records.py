@@ -17,7 +17,8 @@ CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 
 ONE_MB = 1_000_000
 # Client-side limits raised above the 1 MB record (librdkafka message.max.bytes,
-# kafka-python / aiokafka max_request_size); the broker accepts batches to 1,146,880 bytes.
+# kafka-python / aiokafka max_request_size); the broker accepts batches to 1,048,588 bytes
+# (max.message.bytes).
 CLIENT_MAX_BYTES = 2_000_000
 BASE_TIMESTAMP_MS = 1_700_000_000_000
 

@@ -171,7 +171,8 @@ def closed_port() -> int:
 @pytest.mark.parametrize(
     "command",
     [[], ["broker"], ["topics"], ["topics", "create"], ["topics", "list"], ["topics", "describe"],
-     ["topics", "delete"], ["produce"], ["consume"], ["demo"]],
+     ["topics", "delete"], ["topics", "alter-config"], ["produce"], ["consume"], ["demo"],
+     ["capacity"]],
 )  # fmt: skip
 def test_every_command_has_help(command: list[str]) -> None:
     result = ok(cli(*command, "--help"))

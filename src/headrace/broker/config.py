@@ -7,6 +7,7 @@ from pathlib import Path
 
 from headrace.broker.groups.coordinator import GroupConfig
 from headrace.broker.txn.coordinator import TxnConfig
+from headrace.storage.cleaner import CleanerConfig
 from headrace.storage.config import LogConfig
 
 
@@ -29,9 +30,13 @@ class BrokerConfig:
     # Largest request frame accepted; bigger frames close the connection (Kafka's
     # socket.request.max.bytes).
     max_request_bytes: int = 100 * 1024 * 1024
-    # Largest record batch accepted by Produce (Kafka's message.max.bytes).
-    message_max_bytes: int = 1024 * 1024 + 12 * 1024 * 8
+    # Topic config defaults for every topic (Kafka's log.* settings; message.max.bytes is
+    # ``log.max_message_bytes``).
     log: LogConfig = field(default_factory=LogConfig)
+    cleaner: CleanerConfig = field(default_factory=CleanerConfig)
+    # How often retention and producer expiry run (Kafka's log.retention.check.interval.ms
+    # is 5 minutes; a shorter default suits one small broker).
+    retention_check_interval_ms: int = 30_000
     groups: GroupConfig = field(default_factory=GroupConfig)
     txns: TxnConfig = field(default_factory=TxnConfig)
     # Kafka's offsets.topic.num.partitions (50 there; one broker gains nothing from more).

@@ -6,8 +6,10 @@ from headrace.errors import HeadraceError
 from headrace.protocol.errors import ErrorCode, KafkaProtocolError, ProtocolError
 from headrace.protocol.records import CorruptBatchError, UnsupportedMagicError
 from headrace.storage.errors import (
+    InvalidConfigError,
     InvalidTopicError,
     OffsetOutOfRangeError,
+    PolicyViolationError,
     TopicExistsError,
     UnknownTopicError,
 )
@@ -37,6 +39,10 @@ def error_code_for(exc: BaseException) -> ErrorCode:
         return ErrorCode.TOPIC_ALREADY_EXISTS
     if isinstance(exc, OffsetOutOfRangeError):
         return ErrorCode.OFFSET_OUT_OF_RANGE
+    if isinstance(exc, InvalidConfigError):
+        return ErrorCode.INVALID_CONFIG
+    if isinstance(exc, PolicyViolationError):
+        return ErrorCode.POLICY_VIOLATION
     if isinstance(exc, OSError):
         return ErrorCode.KAFKA_STORAGE_ERROR
     if isinstance(exc, HeadraceError):

@@ -11,13 +11,13 @@ import signal
 import time
 
 from headrace.broker import handlers
+from headrace.broker.cleaner_task import run_cleaner
 from headrace.broker.config import BrokerConfig
 from headrace.broker.connection import Connection
 from headrace.broker.state import BrokerState
 
 log = logging.getLogger("headrace.broker")
 
-RETENTION_CHECK_SECONDS = 30.0
 TXN_TIMEOUT_CHECK_SECONDS = 1.0
 
 handlers.load_all()
@@ -55,9 +55,11 @@ async def serve(config: BrokerConfig, stop: asyncio.Event | None = None) -> None
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-    retention = loop.create_task(_retention_loop(state))
-    sweeper = loop.create_task(state.groups.run())
-    txn_sweeper = loop.create_task(_transaction_timeouts(state))
+    background = [loop.create_task(_retention_loop(state)),
+                  loop.create_task(state.groups.run()),
+                  loop.create_task(_transaction_timeouts(state))]
+    if config.cleaner.enabled:
+        background.append(loop.create_task(run_cleaner(state)))
     print(f"headrace broker listening on {config.host}:{state.port}", flush=True)
     log.info("started in %.2fs with %d topics from %s", time.monotonic() - started,
              len(logs.topics), config.data_dir)
@@ -65,9 +67,9 @@ async def serve(config: BrokerConfig, stop: asyncio.Event | None = None) -> None
         await stop.wait()
     finally:
         log.info("shutting down")
-        retention.cancel()
-        sweeper.cancel()
-        txn_sweeper.cancel()
+        for task in background:
+            task.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
         server.close()
         for task in list(connections):
             task.cancel()
@@ -86,8 +88,10 @@ async def _transaction_timeouts(state: BrokerState) -> None:
 
 
 async def _retention_loop(state: BrokerState) -> None:
+    """Retention (time, size, log start offset) and producer-id expiry, every
+    ``retention_check_interval_ms``."""
     while True:
-        await asyncio.sleep(RETENTION_CHECK_SECONDS)
+        await asyncio.sleep(state.config.retention_check_interval_ms / 1000.0)
         now_ms = int(time.time() * 1000)
         for partition_log in state.logs.all_logs():
             try:

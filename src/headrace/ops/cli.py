@@ -17,12 +17,13 @@ import typer
 from rich.markup import escape
 
 from headrace.errors import HeadraceError
-from headrace.ops import groups_cli, topics_cli, transactions_cli
+from headrace.ops import capacity_cli, groups_cli, topics_cli, transactions_cli
 from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS, show_client_logs
 from headrace.ops.console import BootstrapServers, plural, print_error, stderr, stdout
 from headrace.ops.consume import ConsumeOptions, consume
 from headrace.ops.errors import InvalidInputError, OpsError, VerificationError
 from headrace.ops.produce import ProduceOptions, produce_lines
+from headrace.ops.topics import parse_configs
 
 app = typer.Typer(
     name="headrace",
@@ -35,6 +36,7 @@ app = typer.Typer(
 app.add_typer(topics_cli.app)
 app.add_typer(groups_cli.app)
 app.add_typer(transactions_cli.app)
+app.command("capacity")(capacity_cli.capacity)
 
 
 class Acks(StrEnum):
@@ -85,20 +87,52 @@ def broker(
     ] = None,
     segment_bytes: Annotated[
         int | None,
-        typer.Option(min=1, help="Roll a log segment after this many bytes (default: 1 GiB)."),
+        typer.Option(min=14, help="Roll a log segment after this many bytes (default: 1 GiB)."),
     ] = None,
+    config: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--config",
+            "-c",
+            metavar="NAME=VALUE",
+            help="Default of a topic config for every topic, by Kafka's broker name "
+            "(log.retention.ms=3600000, log.cleanup.policy=compact) or topic name; repeatable.",
+        ),
+    ] = None,
+    log_cleaner: Annotated[
+        bool,
+        typer.Option("--log-cleaner/--no-log-cleaner", help="Compact topics with "
+                     "cleanup.policy=compact in the background (log.cleaner.enable)."),
+    ] = True,
+    log_cleaner_backoff_ms: Annotated[
+        int, typer.Option(min=1, help="Pause of the log cleaner when no log needs cleaning.")
+    ] = 15_000,
+    log_cleaner_dedupe_buffer_size: Annotated[
+        int, typer.Option(min=1024, help="Approximate memory bound of one cleaning pass's "
+                          "key map, in bytes.")
+    ] = 128 * 1024 * 1024,
+    log_retention_check_interval_ms: Annotated[
+        int, typer.Option(min=1, help="How often retention deletes expired segments.")
+    ] = 30_000,
 ) -> None:
     """Run a broker in the foreground until Ctrl-C (SIGINT) or SIGTERM."""
     from dataclasses import replace
 
     from headrace.broker.config import BrokerConfig
     from headrace.broker.server import run
-    from headrace.storage.config import LogConfig
+    from headrace.storage.cleaner import CleanerConfig
+    from headrace.storage.config import LogConfig, broker_log_config
 
     log = LogConfig(flush_on_ack=fsync)
     if segment_bytes is not None:
         log = replace(log, segment_bytes=segment_bytes)
-    config = BrokerConfig(
+    try:
+        log = broker_log_config(parse_configs(config or []), log)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="'--config'") from e
+    cleaner = CleanerConfig(enabled=log_cleaner, backoff_ms=log_cleaner_backoff_ms,
+                            dedupe_buffer_size=log_cleaner_dedupe_buffer_size)
+    broker_config = BrokerConfig(
         data_dir=data_dir,
         host=host,
         port=port,
@@ -107,9 +141,11 @@ def broker(
         auto_create_topics=auto_create_topics,
         num_partitions=num_partitions,
         log=log,
+        cleaner=cleaner,
+        retention_check_interval_ms=log_retention_check_interval_ms,
     )
     try:
-        run(config)
+        run(broker_config)
     except OSError as e:
         raise OpsError(f"the broker could not start on {host}:{port}: {e}") from e
 

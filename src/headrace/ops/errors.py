@@ -37,6 +37,10 @@ class UnknownTransactionError(OpsError):
     """A transactional id named by the user is unknown to its transaction coordinator."""
 
 
+class InvalidConfigError(OpsError):
+    """The broker refused a config name or value (Kafka's INVALID_CONFIG)."""
+
+
 class KafkaRequestError(OpsError):
     """A broker rejected a request, or it did not complete in time."""
 

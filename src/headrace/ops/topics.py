@@ -7,12 +7,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaError
-from confluent_kafka.admin import ConfigEntry, ConfigResource, ConfigSource, NewTopic, ResourceType
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import (
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewTopic,
+    ResourceType,
+)
 
-from headrace.ops.admin import AdminSession, KnownErrors
-from headrace.ops.clients import error_text, topic_metadata
-from headrace.ops.errors import TopicExistsError, UnknownTopicError
+from headrace.ops.admin import AdminSession, KnownErrors, translate
+from headrace.ops.clients import error_text, kafka_error, topic_metadata, wait_future
+from headrace.ops.errors import InvalidConfigError, TopicExistsError, UnknownTopicError
 
 _SOURCE_NAMES = {
     ConfigSource.DYNAMIC_TOPIC_CONFIG: "topic",
@@ -136,6 +143,32 @@ class TopicAdmin(AdminSession):
             for entry in sorted(entries.values(), key=lambda e: e.name)
         )
         return TopicDescription(name=name, partitions=partitions, configs=configs)
+
+    def alter_configs(self, name: str, set_: dict[str, str] | None = None,
+                      delete: list[str] | None = None, append: dict[str, str] | None = None,
+                      subtract: dict[str, str] | None = None) -> None:
+        """Change topic configs with IncrementalAlterConfigs: ``set_`` overrides, ``delete``
+        returns configs to the broker default, ``append``/``subtract`` add or remove items
+        of list configs (cleanup.policy). All or nothing: the broker validates every change
+        first. ``InvalidConfigError`` with the broker's explanation for a bad name or value,
+        ``UnknownTopicError`` if the topic does not exist."""
+        self.metadata()
+        ops = [(k, v, AlterConfigOpType.SET) for k, v in (set_ or {}).items()]
+        ops += [(k, "", AlterConfigOpType.DELETE) for k in delete or []]
+        ops += [(k, v, AlterConfigOpType.APPEND) for k, v in (append or {}).items()]
+        ops += [(k, v, AlterConfigOpType.SUBTRACT) for k, v in (subtract or {}).items()]
+        entries = [ConfigEntry(k, v, incremental_operation=op) for k, v, op in ops]
+        resource = ConfigResource(ResourceType.TOPIC, name, incremental_configs=entries)
+        futures = self._admin.incremental_alter_configs([resource], request_timeout=self._timeout)
+        what = f"cannot alter the configs of topic {name!r}"
+        try:
+            wait_future(futures[resource], self._timeout, what)
+        except KafkaException as e:
+            error = kafka_error(e)
+            message = f"{what}: {error_text(error)}"
+            if error.code() == KafkaError.INVALID_CONFIG:
+                raise InvalidConfigError(message) from e
+            raise translate(error.code(), _unknown(name), message) from e
 
     def delete(self, name: str) -> None:
         """Delete topic ``name``; ``UnknownTopicError`` if it does not exist."""

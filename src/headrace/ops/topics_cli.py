@@ -16,7 +16,7 @@ from headrace.ops.topics import TopicAdmin, TopicDescription, parse_configs
 
 app = typer.Typer(
     name="topics",
-    help="Create, list, describe and delete topics.",
+    help="Create, list, describe, alter the configs of and delete topics.",
     no_args_is_help=True,
 )
 
@@ -73,6 +73,48 @@ def describe(
 ) -> None:
     """Show a topic's partitions (leader, replicas, in-sync replicas) and its configs."""
     stdout.print(_render(TopicAdmin(bootstrap_servers).describe(name)))
+
+
+@app.command("alter-config")
+def alter_config(
+    name: TopicName,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", "-s", metavar="NAME=VALUE",
+                     help="Override a config, e.g. retention.ms=60000; repeatable."),
+    ] = None,
+    delete: Annotated[
+        list[str] | None,
+        typer.Option("--delete", "-d", metavar="NAME",
+                     help="Remove an override (back to the broker default); repeatable."),
+    ] = None,
+    append: Annotated[
+        list[str] | None,
+        typer.Option("--append", metavar="NAME=VALUE",
+                     help="Add items to a list config, e.g. cleanup.policy=compact."),
+    ] = None,
+    subtract: Annotated[
+        list[str] | None,
+        typer.Option("--subtract", metavar="NAME=VALUE",
+                     help="Remove items from a list config, e.g. cleanup.policy=delete."),
+    ] = None,
+    bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS,
+) -> None:
+    """Change a topic's configs (IncrementalAlterConfigs): all changes or none.
+
+    The broker checks every name and value; a wrong one fails with its explanation.
+    """
+    try:
+        sets = parse_configs(set_ or [])
+        appends = parse_configs(append or [])
+        subtracts = parse_configs(subtract or [])
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from e
+    if not (sets or delete or appends or subtracts):
+        raise typer.BadParameter("nothing to change: give --set, --delete, --append or --subtract")
+    TopicAdmin(bootstrap_servers).alter_configs(name, sets, list(delete or []), appends, subtracts)
+    changed = len(sets) + len(delete or []) + len(appends) + len(subtracts)
+    stdout.print(f"Altered {plural(changed, 'config')} of topic [bold]{escape(name)}[/bold].")
 
 
 @app.command("delete")

@@ -1,14 +1,43 @@
-"""Log configuration, with Kafka's topic-config names in snake_case."""
+"""Log configuration: Kafka's topic configs, their defaults, types and validation.
+
+``CONFIG_DEFS`` is the one table of topic configs. Each has Kafka's name, its broker-wide
+synonym (the ``server.properties`` name that sets the default for every topic), a type,
+a validator and a one-line doc. ``LogConfig`` holds the parsed values a partition log uses;
+a topic's overrides are Kafka-named strings applied with ``with_overrides``, which
+validates names and values and raises ``InvalidConfigError`` with Kafka's wording.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from enum import IntEnum
 from typing import Any
+
+from headrace.storage.errors import InvalidConfigError
+
+LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
+POLICIES = ("compact", "delete")
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+
+
+class ConfigType(IntEnum):
+    """Kafka's config types, numbered as DescribeConfigs v3+ reports them."""
+
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
 
 
 @dataclass(frozen=True)
 class LogConfig:
-    """Per-partition log settings. A topic may override any of them (see ``with_overrides``)."""
+    """Per-partition log settings, Kafka's defaults unless stated. Frozen: a config change
+    swaps the whole value (``with_overrides``)."""
 
     segment_bytes: int = 1024 * 1024 * 1024
     segment_ms: int = 7 * 24 * 3600 * 1000
@@ -18,53 +47,243 @@ class LogConfig:
     retention_bytes: int = -1
     # fsync before acknowledging a produce (group commit across concurrent producers).
     flush_on_ack: bool = False
+    # "delete", "compact" or "compact,delete" (normalized: sorted, no duplicates).
     cleanup_policy: str = "delete"
+    delete_retention_ms: int = 24 * 3600 * 1000
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
+    # Largest record batch a producer may append (Kafka's max.message.bytes).
+    max_message_bytes: int = 1024 * 1024 + 12
+    message_timestamp_type: str = "CreateTime"
     # Kafka's producer.id.expiration.ms (a broker setting, not a topic config).
     producer_id_expiration_ms: int = 24 * 3600 * 1000
 
-    def with_overrides(self, configs: dict[str, str]) -> LogConfig:
-        """Return a copy with Kafka-named topic configs (``segment.bytes`` ...) applied.
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy.split(",")
 
-        Raises ``ValueError`` for an unknown name or an unparsable value.
+    @property
+    def delete(self) -> bool:
+        return "delete" in self.cleanup_policy.split(",")
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.message_timestamp_type == "LogAppendTime"
+
+    def with_overrides(self, configs: Mapping[str, str]) -> LogConfig:
+        """A copy with Kafka-named topic configs (``segment.bytes`` ...) applied.
+
+        Raises ``InvalidConfigError`` for an unknown name or an invalid value; accepted
+        configs without effect here (``PASSTHROUGH``) are validated and otherwise ignored.
         """
         changes: dict[str, Any] = {}
-        for name, value in configs.items():
-            attr = TOPIC_CONFIGS.get(name)
-            if attr is None:
-                if name in PASSTHROUGH_CONFIGS:
-                    continue
-                raise ValueError(f"unknown topic config {name!r}")
-            current = getattr(self, attr)
-            if isinstance(current, bool):
-                changes[attr] = value.lower() == "true"
-            elif isinstance(current, int):
-                changes[attr] = int(value)
-            else:
-                changes[attr] = value
+        for name, raw in configs.items():
+            defn = CONFIG_DEFS.get(name)
+            if defn is None:
+                raise InvalidConfigError(f"Unknown topic config name: {name}")
+            value = defn.parse(raw)
+            if defn.attr is not None:
+                changes[defn.attr] = value
         return replace(self, **changes)
 
     def as_kafka_configs(self) -> dict[str, str]:
-        """This config under Kafka's names, as DescribeConfigs reports it."""
-        out: dict[str, str] = {}
-        for name, attr in TOPIC_CONFIGS.items():
-            v = getattr(self, attr)
-            out[name] = str(v).lower() if isinstance(v, bool) else str(v)
-        return out
+        """Every topic config under Kafka's name, as DescribeConfigs reports it."""
+        return {name: defn.value_of(self) for name, defn in CONFIG_DEFS.items()}
 
 
-TOPIC_CONFIGS: dict[str, str] = {
-    "segment.bytes": "segment_bytes",
-    "segment.ms": "segment_ms",
-    "index.interval.bytes": "index_interval_bytes",
-    "segment.index.bytes": "segment_index_bytes",
-    "retention.ms": "retention_ms",
-    "retention.bytes": "retention_bytes",
-    "flush.on.ack": "flush_on_ack",
-    "cleanup.policy": "cleanup_policy",
-}
+@dataclass(frozen=True)
+class ConfigDef:
+    """One topic config: how to parse and check it, and where it lives in ``LogConfig``
+    (``attr`` None: accepted for compatibility, without effect on one broker)."""
 
-# Accepted and stored for client compatibility but without effect on a single broker.
-PASSTHROUGH_CONFIGS = frozenset(
-    {"min.insync.replicas", "unclean.leader.election.enable", "message.timestamp.type",
-     "compression.type", "max.message.bytes", "message.format.version"}
-)
+    name: str
+    attr: str | None
+    type: ConfigType
+    doc: str
+    broker_name: str
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple[str, ...] | None = None
+    passthrough_default: str = ""
+
+    def _invalid(self, raw: str, why: str) -> InvalidConfigError:
+        return InvalidConfigError(f"Invalid value {raw} for configuration {self.name}: {why}")
+
+    def parse(self, raw: str) -> Any:
+        """The typed value of ``raw``; ``InvalidConfigError`` naming the problem."""
+        text = raw.strip()
+        value: Any
+        if self.type in (ConfigType.INT, ConfigType.LONG):
+            bound = INT_MAX if self.type == ConfigType.INT else LONG_MAX
+            digits = text[1:] if text[:1] in "+-" else text
+            value = int(text) if digits.isdigit() and digits.isascii() else None
+            if value is None or not -bound - 1 <= value <= bound:
+                raise self._invalid(raw, f"Not a number of type {self.type.name}")
+        elif self.type == ConfigType.DOUBLE:
+            try:
+                value = float(text)
+            except ValueError:
+                value = math.nan
+            if not math.isfinite(value):
+                raise self._invalid(raw, "Not a number of type DOUBLE")
+        elif self.type == ConfigType.BOOLEAN:
+            if text.lower() not in ("true", "false"):
+                raise self._invalid(raw, "Expected value to be either true or false")
+            value = text.lower() == "true"
+        elif self.type == ConfigType.LIST:
+            items = [item.strip() for item in text.split(",") if item.strip()]
+            if not items:
+                raise self._invalid(raw, f"must list at least one of: {', '.join(self.choices or ())}")
+            for item in items:
+                if self.choices is not None and item not in self.choices:
+                    raise self._invalid(raw, f"{item!r} is not one of: {', '.join(self.choices)}")
+            value = ",".join(sorted(set(items)))
+        else:
+            value = text
+            if self.choices is not None and value not in self.choices:
+                raise self._invalid(raw, f"String must be one of: {', '.join(self.choices)}")
+        if self.minimum is not None and value < self.minimum:
+            raise self._invalid(raw, f"Value must be at least {_num(self.minimum)}")
+        if self.maximum is not None and value > self.maximum:
+            raise self._invalid(raw, f"Value must be no more than {_num(self.maximum)}")
+        return value
+
+    def canonical(self, raw: str) -> str:
+        """``raw`` validated and written the way DescribeConfigs shows it."""
+        return self.format(self.parse(raw))
+
+    def format(self, value: Any) -> str:
+        if isinstance(value, bool):
+            return str(value).lower()
+        return str(value)
+
+    def value_of(self, config: LogConfig) -> str:
+        if self.attr is None:
+            return self.passthrough_default
+        return self.format(getattr(config, self.attr))
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+def _def(name: str, attr: str | None, type_: ConfigType, broker_name: str, doc: str,
+         **kw: Any) -> tuple[str, ConfigDef]:
+    return name, ConfigDef(name, attr, type_, doc, broker_name, **kw)
+
+
+CONFIG_DEFS: dict[str, ConfigDef] = dict([
+    _def("cleanup.policy", "cleanup_policy", ConfigType.LIST, "log.cleanup.policy",
+         "delete: drop old segments by retention.ms/bytes; compact: keep the latest "
+         "record per key; or both", choices=POLICIES),
+    _def("retention.ms", "retention_ms", ConfigType.LONG, "log.retention.ms",
+         "delete segments whose newest record is older than this; -1: no time limit",
+         minimum=-1),
+    _def("retention.bytes", "retention_bytes", ConfigType.LONG, "log.retention.bytes",
+         "delete the oldest segments while a partition is larger; -1: no size limit",
+         minimum=-1),
+    _def("segment.bytes", "segment_bytes", ConfigType.INT, "log.segment.bytes",
+         "roll to a new segment file after this many bytes", minimum=14),
+    _def("segment.ms", "segment_ms", ConfigType.LONG, "log.roll.ms",
+         "roll to a new segment file after this long (checked on append)", minimum=1),
+    _def("delete.retention.ms", "delete_retention_ms", ConfigType.LONG,
+         "log.cleaner.delete.retention.ms",
+         "keep tombstones and transaction markers this long after they were first cleaned",
+         minimum=0),
+    _def("min.cleanable.dirty.ratio", "min_cleanable_dirty_ratio", ConfigType.DOUBLE,
+         "log.cleaner.min.cleanable.ratio",
+         "compact once the uncleaned share of the log reaches this ratio",
+         minimum=0, maximum=1),
+    _def("min.compaction.lag.ms", "min_compaction_lag_ms", ConfigType.LONG,
+         "log.cleaner.min.compaction.lag.ms",
+         "never compact segments holding records younger than this", minimum=0),
+    _def("max.compaction.lag.ms", "max_compaction_lag_ms", ConfigType.LONG,
+         "log.cleaner.max.compaction.lag.ms",
+         "compact a log whose oldest uncleaned record is older than this, whatever the ratio",
+         minimum=1),
+    _def("max.message.bytes", "max_message_bytes", ConfigType.INT, "message.max.bytes",
+         "largest record batch a producer may append", minimum=0),
+    _def("message.timestamp.type", "message_timestamp_type", ConfigType.STRING,
+         "log.message.timestamp.type",
+         "CreateTime: the producer's timestamps; LogAppendTime: the broker's clock",
+         choices=TIMESTAMP_TYPES),
+    _def("index.interval.bytes", "index_interval_bytes", ConfigType.INT,
+         "log.index.interval.bytes", "bytes between two offset-index entries", minimum=0),
+    _def("segment.index.bytes", "segment_index_bytes", ConfigType.INT,
+         "log.index.size.max.bytes", "accepted; indexes here grow as needed", minimum=4),
+    _def("flush.on.ack", "flush_on_ack", ConfigType.BOOLEAN, "log.flush.on.ack",
+         "headrace: fsync (group commit) before acknowledging a produce"),
+    _def("compression.type", None, ConfigType.STRING, "compression.type",
+         "accepted; batches are always stored as the producer compressed them",
+         choices=("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
+         passthrough_default="producer"),
+    _def("min.insync.replicas", None, ConfigType.INT, "min.insync.replicas",
+         "accepted; one broker is always the whole ISR", minimum=1, passthrough_default="1"),
+    _def("unclean.leader.election.enable", None, ConfigType.BOOLEAN,
+         "unclean.leader.election.enable", "accepted; no effect on one broker",
+         passthrough_default="false"),
+    _def("message.format.version", None, ConfigType.STRING, "log.message.format.version",
+         "accepted; only record batch v2 is stored", passthrough_default="3.0-IV1"),
+])
+
+# Kafka's broker-wide name -> topic config name.
+BROKER_SYNONYMS: dict[str, str] = {d.broker_name: d.name for d in CONFIG_DEFS.values()}
+_ATTRS = {f.name for f in fields(LogConfig)}
+assert all(d.attr is None or d.attr in _ATTRS for d in CONFIG_DEFS.values())
+
+
+def canonical_overrides(configs: Mapping[str, str]) -> dict[str, str]:
+    """Topic overrides validated (``InvalidConfigError``) and written canonically."""
+    out: dict[str, str] = {}
+    for name, raw in configs.items():
+        defn = CONFIG_DEFS.get(name)
+        if defn is None:
+            raise InvalidConfigError(f"Unknown topic config name: {name}")
+        out[name] = defn.canonical(raw)
+    return out
+
+
+def broker_log_config(configs: Mapping[str, str], base: LogConfig | None = None) -> LogConfig:
+    """Broker-wide topic defaults from ``server.properties``-style names (``log.retention.ms``)
+    or topic names (``retention.ms``). ``InvalidConfigError`` for anything else."""
+    topic_named = {BROKER_SYNONYMS.get(name, name): value for name, value in configs.items()}
+    unknown = [n for n in topic_named if n not in CONFIG_DEFS]
+    if unknown:
+        raise InvalidConfigError(f"Unknown broker log config name: {unknown[0]}")
+    return (base or LogConfig()).with_overrides(topic_named)
+
+
+@dataclass(frozen=True)
+class DescribedConfig:
+    """One topic config as DescribeConfigs reports it. ``source`` is ``topic`` (an
+    override), ``broker`` (a broker-wide default differing from Kafka's) or ``default``;
+    ``synonyms`` are ``(name, value, source)`` in precedence order."""
+
+    name: str
+    value: str
+    source: str
+    type: ConfigType
+    doc: str
+    synonyms: tuple[tuple[str, str, str], ...]
+
+
+def describe_topic_configs(broker_defaults: LogConfig,
+                           overrides: Mapping[str, str]) -> list[DescribedConfig]:
+    """Every topic config of a topic with ``overrides`` on a broker whose topic defaults are
+    ``broker_defaults``, sorted by name."""
+    kafka_defaults = LogConfig()
+    out = []
+    for name in sorted(CONFIG_DEFS):
+        defn = CONFIG_DEFS[name]
+        default = defn.value_of(kafka_defaults)
+        broker = defn.value_of(broker_defaults)
+        synonyms: list[tuple[str, str, str]] = []
+        if name in overrides:
+            synonyms.append((name, overrides[name], "topic"))
+        if broker != default:
+            synonyms.append((defn.broker_name, broker, "broker"))
+        synonyms.append((defn.broker_name, default, "default"))
+        _, value, source = synonyms[0]
+        out.append(DescribedConfig(name, value, source, defn.type, defn.doc, tuple(synonyms)))
+    return out

@@ -23,3 +23,11 @@ class UnknownTopicError(StorageError):
 
 class InvalidTopicError(StorageError):
     """The topic name is not legal in Kafka."""
+
+
+class InvalidConfigError(StorageError, ValueError):
+    """A topic config name or value is not valid (Kafka's INVALID_CONFIG)."""
+
+
+class PolicyViolationError(StorageError):
+    """The operation is not allowed by the topic's configuration (POLICY_VIOLATION)."""

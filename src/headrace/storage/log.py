@@ -13,9 +13,10 @@ import contextlib
 import json
 import os
 import shutil
+import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 from headrace.protocol.errors import ProtocolError
@@ -28,61 +29,20 @@ from headrace.protocol.records import (
     rewrite_base_offset,
 )
 from headrace.storage.config import LogConfig
-from headrace.storage.errors import OffsetOutOfRangeError
+from headrace.storage.errors import OffsetOutOfRangeError, PolicyViolationError
 from headrace.storage.producer_state import ProducerStateManager
+from headrace.storage.results import AppendResult, FileRegion, ReadResult, RegionResult
 from headrace.storage.segment import MAX_RELATIVE_OFFSET, Segment
+from headrace.storage.swap import (
+    commit_manifest,
+    complete_interrupted_swaps,
+    finish_swap,
+    fsync_dir,
+)
 
 CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
-
-
-@dataclass(frozen=True, slots=True)
-class AppendResult:
-    base_offset: int
-    last_offset: int
-    log_start_offset: int
-
-
-class FileRegion:
-    """A byte range of a segment file, with its own descriptor (close it, or use ``with``)."""
-
-    __slots__ = ("fd", "length", "position")
-
-    def __init__(self, fd: int, position: int, length: int) -> None:
-        self.fd = fd
-        self.position = position
-        self.length = length
-
-    def read(self) -> bytes:
-        return os.pread(self.fd, self.length, self.position)
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-    def __enter__(self) -> FileRegion:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-@dataclass(frozen=True, slots=True)
-class RegionResult:
-    """Where whole batches are: ``region`` is None when there is nothing to read."""
-
-    region: FileRegion | None
-    high_watermark: int
-    log_start_offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class ReadResult:
-    """Whole batches read from one segment: ``data`` may be empty at the log end."""
-
-    data: bytes
-    high_watermark: int
-    log_start_offset: int
+# Written by DeleteRecords: the log start offset when it lies above the first segment's base.
+LOG_START_FILE = "log-start-offset"
 
 
 class PartitionLog:
@@ -92,6 +52,7 @@ class PartitionLog:
         self.directory = directory
         self.config = config
         directory.mkdir(parents=True, exist_ok=True)
+        self.swaps_completed = complete_interrupted_swaps(directory)
         bases = sorted(int(p.stem) for p in directory.glob("*.log") if p.stem.isdigit())
         self.segments: list[Segment] = [
             Segment(directory, b, config.index_interval_bytes) for b in bases
@@ -104,17 +65,27 @@ class PartitionLog:
             active = i == len(self.segments) - 1
             # Only the tail can be torn by a crash; older segments need their end offset.
             self.truncated_bytes += seg.recover(full=recover_fully and active)
+        self._log_start_offset = min(max(self._read_log_start(), self.segments[0].base_offset),
+                                     self.log_end_offset)
         self.producer_state = ProducerStateManager()
         self._load_producer_state()
         self._dirty = False
         # Segments rolled out since the last flush: they still need a full fsync.
         self._rolled: list[Segment] = []
+        # Held by ``flush`` (which may run on a worker thread) and by whatever closes
+        # segment files, so a flush never fsyncs a descriptor closed under it.
+        self._io_lock = threading.Lock()
+        self.closed = False
+        # The log cleaner's bookkeeping for this partition (see storage.cleaner).
+        self.cleaner_checkpoint: object | None = None
 
     # --- offsets ----------------------------------------------------------------------
 
     @property
     def log_start_offset(self) -> int:
-        return self.segments[0].base_offset
+        """The first offset a reader may ask for: the first segment's base, or above it
+        after DeleteRecords."""
+        return self._log_start_offset
 
     @property
     def log_end_offset(self) -> int:
@@ -315,22 +286,27 @@ class PartitionLog:
                 pos += header.size
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """``(offset, timestamp)`` of the first record whose timestamp is >= ``timestamp``,
-        or None when none reaches it. The time index finds the batch; the batch is then
-        decoded (decompressed if need be) to find the record. A batch that cannot be
+        """``(offset, timestamp)`` of the first record at or after the log start whose
+        timestamp is >= ``timestamp``, or None when none reaches it. The time index finds
+        the first batch whose max timestamp reaches it; the batch is then decoded
+        (decompressed if need be) to find the record. Batches without such a record (a
+        cleaned batch, records below the log start) are skipped. A batch that cannot be
         decoded answers at batch granularity: its base offset and max timestamp."""
+        start_offset = self.log_start_offset
         for seg in self.segments:
-            if seg.max_timestamp < timestamp:
+            if seg.max_timestamp < timestamp or seg.next_offset <= start_offset:
                 continue
             start = seg.offset_index.lookup(seg.time_index.lookup(timestamp))
             for pos, header in seg.walk_headers(start):
-                if header.max_timestamp >= timestamp:
-                    try:
-                        stamps = record_timestamps(seg.read(pos, header.size))
-                    except ProtocolError:
-                        return header.base_offset, header.max_timestamp
-                    return next(((o, t) for o, t in stamps if t >= timestamp),
-                                (header.base_offset, header.max_timestamp))
+                if header.max_timestamp < timestamp or header.last_offset < start_offset:
+                    continue
+                try:
+                    stamps = record_timestamps(seg.read(pos, header.size))
+                except ProtocolError:
+                    return max(header.base_offset, start_offset), header.max_timestamp
+                for offset, ts in stamps:
+                    if ts >= timestamp and offset >= start_offset:
+                        return offset, ts
         return None
 
     def max_timestamp(self) -> tuple[int, int] | None:
@@ -354,23 +330,30 @@ class PartitionLog:
         """
         if not (self._dirty or full):
             return
-        self._dirty = False
-        rolled, self._rolled = self._rolled, []
-        for seg in rolled:
-            seg.flush()
-        if rolled:
-            fsync_dir(self.directory)
-        self.segments[-1].flush(data_only=not full)
+        with self._io_lock:
+            if self.closed:
+                return
+            self._dirty = False
+            rolled, self._rolled = self._rolled, []
+            for seg in rolled:
+                seg.flush()
+            if rolled:
+                fsync_dir(self.directory)
+            self.segments[-1].flush(data_only=not full)
 
     def expire_producers(self, now_ms: int) -> int:
         """Forget idle producers (see ``ProducerStateManager.expire``)."""
         return self.producer_state.expire(now_ms, self.config.producer_id_expiration_ms)
 
     def enforce_retention(self, now_ms: int) -> int:
-        """Delete whole non-active segments past ``retention.ms`` / ``retention.bytes``.
+        """Delete whole non-active segments: those wholly below the log start offset, and,
+        with cleanup.policy delete, those past ``retention.ms`` (by their newest record's
+        timestamp) or ``retention.bytes``, oldest first, stopping at the first one to keep.
         Returns the number of segments deleted."""
-        deleted = 0
+        deleted = self._delete_below_start()
         cfg = self.config
+        if not cfg.delete:
+            return deleted
         while len(self.segments) > 1:
             oldest = self.segments[0]
             expired = cfg.retention_ms >= 0 and oldest.max_timestamp >= 0 and (
@@ -379,30 +362,118 @@ class PartitionLog:
             over = cfg.retention_bytes >= 0 and self.size_bytes - oldest.size >= cfg.retention_bytes
             if not (expired or over):
                 break
-            self.segments.pop(0)
-            self._bases.pop(0)
-            oldest.delete()
+            self._delete_oldest()
             deleted += 1
-            self.producer_state.forget_aborted_before(self.log_start_offset)
         return deleted
+
+    def _delete_below_start(self) -> int:
+        deleted = 0
+        while len(self.segments) > 1 and self.segments[1].base_offset <= self._log_start_offset:
+            self._delete_oldest()
+            deleted += 1
+        return deleted
+
+    def _delete_oldest(self) -> None:
+        oldest = self.segments.pop(0)
+        self._bases.pop(0)
+        with self._io_lock:
+            if oldest in self._rolled:
+                self._rolled.remove(oldest)
+            oldest.delete()
+        self._log_start_offset = max(self._log_start_offset, self.segments[0].base_offset)
+        self.producer_state.forget_aborted_before(self._log_start_offset)
+
+    # --- DeleteRecords ----------------------------------------------------------------
+
+    def _read_log_start(self) -> int:
+        try:
+            return int((self.directory / LOG_START_FILE).read_text())
+        except (OSError, ValueError):
+            return 0
+
+    def delete_records(self, offset: int) -> int:
+        """DeleteRecords: advance the log start offset to ``offset`` (-1: the high
+        watermark) and delete the segments wholly below it; returns the new log start
+        offset (never lowered). The offset is persisted (temp file and rename: it survives
+        ``kill -9``; call ``sync_log_start`` off the loop for power loss) before anything
+        is deleted. Raises ``OffsetOutOfRangeError`` beyond the high watermark and
+        ``PolicyViolationError`` unless cleanup.policy includes delete, as Kafka does."""
+        if not self.config.delete:
+            raise PolicyViolationError(
+                f"records of {self.directory.name} cannot be deleted: cleanup.policy is "
+                f"{self.config.cleanup_policy}")
+        target = self.log_end_offset if offset == -1 else offset
+        if not 0 <= target <= self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"cannot delete records before offset {offset}: the high watermark is "
+                f"{self.log_end_offset}")
+        if target > self._log_start_offset:
+            tmp = self.directory / (LOG_START_FILE + ".tmp")
+            tmp.write_text(str(target))
+            os.replace(tmp, self.directory / LOG_START_FILE)
+            self._log_start_offset = target
+            self._delete_below_start()
+            self.producer_state.forget_aborted_before(target)
+        return self._log_start_offset
+
+    def sync_log_start(self) -> None:
+        """fsync the persisted log start offset. Blocking."""
+        with contextlib.suppress(FileNotFoundError):
+            fd = os.open(self.directory / LOG_START_FILE, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            fsync_dir(self.directory)
+
+    # --- the cleaner's swap -----------------------------------------------------------
+
+    def replace_segments(self, old: list[Segment], base_offset: int,
+                         on_commit: Callable[[], None] | None = None) -> Segment | None:
+        """Swap ``old`` (consecutive non-active segments, the first based at
+        ``base_offset``) for the cleaned segment written beside them, whose fsynced
+        manifest awaits its commit (``storage.swap``). Returns the new segment, or None
+        when ``old`` are no longer segments of this open log (retention or a deletion got
+        there first): then nothing was committed and the caller discards its files.
+        Never blocks for long; the caller then calls ``swap.remove_manifest`` off the loop.
+        """
+        if self.closed or not old or old[0].base_offset != base_offset:
+            return None
+        try:
+            i = next(k for k, seg in enumerate(self.segments) if seg is old[0])
+        except StopIteration:
+            return None
+        if self.segments[i : i + len(old)] != old or i + len(old) >= len(self.segments):
+            return None
+        commit_manifest(self.directory, base_offset)
+        if on_commit is not None:
+            on_commit()
+        with self._io_lock:
+            for seg in old:
+                if seg in self._rolled:
+                    self._rolled.remove(seg)
+                seg.close()
+        finish_swap(self.directory, base_offset, [seg.base_offset for seg in old])
+        new = Segment(self.directory, base_offset, self.config.index_interval_bytes)
+        new.recover(full=False)
+        self.segments[i : i + len(old)] = [new]
+        self._bases[i : i + len(old)] = [base_offset]
+        return new
 
     def close(self) -> None:
         """Close the files. After a clean shutdown's ``flush(full=True)``, the producer
         state is snapshotted first so the next start replays nothing."""
         with contextlib.suppress(OSError):
             self._write_producer_snapshot()
-        for seg in self.segments:
-            seg.close()
+        with self._io_lock:
+            self.closed = True
+            for seg in self.segments:
+                seg.close()
 
     def delete(self) -> None:
         self.close()
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def fsync_dir(path: Path) -> None:
-    """fsync a directory, making the creation, deletion or rename of its entries durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+__all__ = ["CLEAN_SHUTDOWN_FILE", "AppendResult", "FileRegion", "PartitionLog", "ReadResult",
+           "RegionResult", "fsync_dir"]

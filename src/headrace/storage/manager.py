@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 import re
 import shutil
@@ -24,9 +25,16 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from headrace.storage.config import LogConfig
-from headrace.storage.errors import InvalidTopicError, TopicExistsError, UnknownTopicError
+from headrace.storage.config import LogConfig, canonical_overrides
+from headrace.storage.errors import (
+    InvalidConfigError,
+    InvalidTopicError,
+    TopicExistsError,
+    UnknownTopicError,
+)
 from headrace.storage.log import CLEAN_SHUTDOWN_FILE, PartitionLog, fsync_dir
+
+logger = logging.getLogger(__name__)
 
 PRODUCER_ID_BLOCK = 1000
 # Each partition is a directory and three open files; refuse counts that would only
@@ -95,7 +103,12 @@ class LogManager:
 
     def _load_topic(self, meta: Path) -> None:
         info = json.loads(meta.read_text())
-        overrides = dict(info.get("configs", {}))
+        overrides: dict[str, str] = {}
+        for name, value in dict(info.get("configs", {})).items():
+            try:  # a value valid for an older version must not keep the broker down
+                overrides.update(canonical_overrides({name: value}))
+            except InvalidConfigError as e:
+                logger.warning("topic %s: ignoring stored config override: %s", info["name"], e)
         topic = Topic(info["name"], uuid.UUID(info["topic_id"]), overrides,
                       self.default_config.with_overrides(overrides))
         for p in range(int(info["partitions"])):
@@ -121,14 +134,15 @@ class LogManager:
     def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None,
                      validate_only: bool = False) -> Topic:
         """Create a topic with ``partitions`` empty partitions. Raises ``InvalidTopicError``,
-        ``TopicExistsError`` or ``ValueError`` (bad partition count or config)."""
+        ``TopicExistsError``, ``InvalidConfigError`` (a bad config name or value) or
+        ``ValueError`` (a bad partition count). Overrides are stored canonically."""
         validate_topic_name(name)
         if name in self.topics:
             raise TopicExistsError(f"topic {name!r} already exists")
         if not 1 <= partitions <= MAX_PARTITIONS_PER_TOPIC:
             raise ValueError(f"number of partitions must be in [1, {MAX_PARTITIONS_PER_TOPIC}],"
                              f" got {partitions}")
-        overrides = dict(configs or {})
+        overrides = canonical_overrides(configs or {})
         topic = Topic(name, uuid.uuid4(), overrides, self.default_config.with_overrides(overrides))
         if validate_only:
             return topic
@@ -165,9 +179,11 @@ class LogManager:
         self._save_topic(topic)
 
     def alter_configs(self, name: str, overrides: dict[str, str]) -> None:
-        """Replace the topic's config overrides (validated first). New values apply to
-        new segments and reads; existing segment files are not rewritten."""
+        """Replace the topic's config overrides (validated first: ``InvalidConfigError``).
+        New values apply to later appends, rolls, retention checks and cleaning passes;
+        existing segment files are not rewritten."""
         topic = self.get_topic(name)
+        overrides = canonical_overrides(overrides)
         config = self.default_config.with_overrides(overrides)
         topic.config_overrides = dict(overrides)
         topic.config = config

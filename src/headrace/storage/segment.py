@@ -33,18 +33,59 @@ def segment_name(base_offset: int) -> str:
     return f"{base_offset:020d}"
 
 
+SEGMENT_SUFFIXES = (".log", ".index", ".timeindex")
+
+
+def segment_paths(directory: Path, base_offset: int, suffix: str = "") -> tuple[Path, Path, Path]:
+    """The log, offset-index and time-index files of a segment."""
+    name = segment_name(base_offset)
+    log, index, timeindex = (directory / f"{name}{ext}{suffix}" for ext in SEGMENT_SUFFIXES)
+    return log, index, timeindex
+
+
+def read_batches(fd: int, start: int, end: int,
+                 chunk_size: int = SCAN_CHUNK) -> Iterator[tuple[int, BatchHeader, bytes]]:
+    """``(position, header, bytes)`` of each batch of the file ``fd`` in ``[start, end)``,
+    read ``chunk_size`` at a time (a larger batch comes whole), CRCs not checked. Stops
+    at anything that is not a whole v2 batch. For readers holding their own descriptor
+    (the cleaner), so it never touches a ``Segment``."""
+    pos = start
+    while pos < end:
+        chunk = os.pread(fd, min(max(chunk_size, HEADER_SIZE), end - pos), pos)
+        consumed = 0
+        for rel, header in scan_batches(chunk, check_crc=False):
+            yield pos + rel, header, chunk[rel : rel + header.size]
+            consumed = rel + header.size
+        if consumed == 0:
+            if len(chunk) < HEADER_SIZE or magic_at(chunk) != 2:
+                return
+            header = parse_header(chunk)
+            if header.batch_length < HEADER_SIZE - LOG_OVERHEAD or pos + header.size > end:
+                return
+            whole = os.pread(fd, header.size, pos)
+            if len(whole) < header.size:
+                return
+            yield pos, header, whole
+            consumed = header.size
+        pos += consumed
+
+
 class Segment:
     """A log segment. ``next_offset`` is one past the last offset stored in it."""
 
-    def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int) -> None:
+    def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int,
+                 suffix: str = "") -> None:
+        """Open (or create) the segment's files; ``suffix`` names a segment being written
+        beside the live ones (the cleaner's ``.cleaned`` files)."""
         self.base_offset = base_offset
-        self.path = directory / f"{segment_name(base_offset)}.log"
+        self.paths = segment_paths(directory, base_offset, suffix)
+        self.path = self.paths[0]
         self._index_interval = index_interval_bytes
         existed = self.path.exists()
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         self.size = os.fstat(self._fd).st_size
-        self.offset_index = OffsetIndex(directory / f"{segment_name(base_offset)}.index")
-        self.time_index = TimeIndex(directory / f"{segment_name(base_offset)}.timeindex")
+        self.offset_index = OffsetIndex(self.paths[1])
+        self.time_index = TimeIndex(self.paths[2])
         self.next_offset = base_offset
         self.max_timestamp = -1
         self.created_ms = int(time.time() * 1000)
@@ -232,11 +273,20 @@ class Segment:
         self.time_index.flush()
 
     def close(self) -> None:
+        """Close the files (idempotent). Readers holding a duplicate descriptor (a
+        ``FileRegion``) keep reading the data, even after the files are deleted."""
+        if self._fd < 0:
+            return
         os.close(self._fd)
+        self._fd = -1
         self.offset_index.close()
         self.time_index.close()
 
+    @property
+    def closed(self) -> bool:
+        return self._fd < 0
+
     def delete(self) -> None:
         self.close()
-        for suffix in (".log", ".index", ".timeindex"):
-            self.path.with_suffix(suffix).unlink(missing_ok=True)
+        for path in self.paths:
+            path.unlink(missing_ok=True)

@@ -229,7 +229,7 @@ def test_alter_configs_applies_to_later_appends(tmp_path: Path) -> None:
     mgr.create_topic("t", 1)
     log = mgr.get_log("t", 0)
     append(log, 1)
-    mgr.alter_configs("t", {"segment.bytes": "1"})
+    mgr.alter_configs("t", {"segment.bytes": "14"})
     append(log, 1)
     assert [s.base_offset for s in log.segments] == [0, 1]
     mgr.close()

@@ -35,6 +35,8 @@ MODULES = (
     "describe_cluster",
     "describe_configs",
     "alter_configs",
+    "delete_records",
+    "describe_log_dirs",
 )
 
 

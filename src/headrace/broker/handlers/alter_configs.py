@@ -1,9 +1,12 @@
 """AlterConfigs (key 33, versions 0-2) and IncrementalAlterConfigs (key 44, versions 0-1).
 
-Topic configs only: AlterConfigs replaces the topic's overrides, IncrementalAlterConfigs
-applies SET (0) and DELETE (1); APPEND/SUBTRACT (list configs) get INVALID_CONFIG. Every
-value is validated before anything changes; bad names or values get INVALID_CONFIG.
-Broker configs are static here: altering them gets INVALID_REQUEST.
+Topic configs only: AlterConfigs replaces the topic's overrides; IncrementalAlterConfigs
+applies SET (0), DELETE (1) and, for list configs (cleanup.policy), APPEND (2) and
+SUBTRACT (3) to the effective value. Names and values are validated
+(``storage.config``) before anything changes: an unknown name, a value of the wrong
+type, out of range or not among the allowed ones gets INVALID_CONFIG with Kafka's wording
+in ``error_message``. Overrides are stored canonically (``compact,delete``). Broker configs
+are static here: altering them gets INVALID_REQUEST.
 """
 
 from __future__ import annotations
@@ -22,9 +25,30 @@ from headrace.broker.errors import error_code_for
 from headrace.broker.registry import handles
 from headrace.errors import HeadraceError
 from headrace.protocol.errors import ErrorCode, KafkaProtocolError
+from headrace.storage.config import CONFIG_DEFS, ConfigType, canonical_overrides
+from headrace.storage.errors import InvalidConfigError
 
 TOPIC = 2
-SET, DELETE = 0, 1
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+def _list_op(ctx: RequestContext, overrides: dict[str, str], name: str, op: int,
+             value: str | None) -> None:
+    defn = CONFIG_DEFS.get(name)
+    if defn is None:
+        raise InvalidConfigError(f"Unknown topic config name: {name}")
+    if defn.type != ConfigType.LIST:
+        raise InvalidConfigError(
+            f"{'APPEND' if op == APPEND else 'SUBTRACT'} is only valid for list configs; "
+            f"{name} is of type {defn.type.name}")
+    current = overrides.get(name, defn.value_of(ctx.state.logs.default_config))
+    items = [i for i in current.split(",") if i]
+    changes = [i.strip() for i in (value or "").split(",") if i.strip()]
+    if op == APPEND:
+        items += [c for c in changes if c not in items]
+    else:
+        items = [i for i in items if i not in changes]
+    overrides[name] = ",".join(items)
 
 
 def _apply(ctx: RequestContext, resource: Any, incremental: bool, validate_only: bool) -> None:
@@ -35,18 +59,19 @@ def _apply(ctx: RequestContext, resource: Any, incremental: bool, validate_only:
     topic = logs.get_topic(resource.resource_name)
     overrides = dict(topic.config_overrides) if incremental else {}
     for c in resource.configs:
-        op = c.config_operation if incremental else SET
+        op = c.config_operation if incremental else (SET if c.value is not None else DELETE)
         if op == SET and c.value is not None:
             overrides[c.name] = c.value
-        elif op == DELETE or c.value is None:
+        elif op == DELETE or (op == SET and c.value is None):
+            if c.name not in CONFIG_DEFS:
+                raise InvalidConfigError(f"Unknown topic config name: {c.name}")
             overrides.pop(c.name, None)
+        elif op in (APPEND, SUBTRACT):
+            _list_op(ctx, overrides, c.name, op, c.value)
         else:
-            raise KafkaProtocolError(ErrorCode.INVALID_CONFIG,
-                                     f"config operation {op} not supported for {c.name}")
-    try:
-        logs.default_config.with_overrides(overrides)
-    except ValueError as e:
-        raise KafkaProtocolError(ErrorCode.INVALID_CONFIG, str(e)) from e
+            raise InvalidConfigError(f"unknown config operation {op} for {c.name}")
+    overrides = canonical_overrides(overrides)
+    logs.default_config.with_overrides(overrides)
     if not validate_only:
         logs.alter_configs(topic.name, overrides)
 

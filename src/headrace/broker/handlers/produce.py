@@ -6,23 +6,27 @@ assigned by rewriting baseOffset. ``acks=0`` gets no response; ``acks=1`` and
 ``acks=-1`` are answered after the append (the page cache survives a killed broker) or,
 with ``flush.on.ack``, after a group-commit fsync (a deferred response: the connection
 goes on appending pipelined requests, which then share fsyncs). Errors: UNSUPPORTED_FOR_MESSAGE_FORMAT
-(magic 0/1), CORRUPT_MESSAGE (CRC), MESSAGE_TOO_LARGE, UNKNOWN_TOPIC_OR_PARTITION,
+(magic 0/1), CORRUPT_MESSAGE (CRC), MESSAGE_TOO_LARGE (the topic's max.message.bytes),
+INVALID_RECORD (a null key in a compacted topic), UNKNOWN_TOPIC_OR_PARTITION,
 INVALID_REQUIRED_ACKS; for idempotent producers a retried duplicate gets its original
 offset, a sequence gap OUT_OF_ORDER_SEQUENCE_NUMBER and a stale epoch
 INVALID_PRODUCER_EPOCH; control batches from clients INVALID_RECORD. Transactional
 batches open the producer's transaction in the partition (it holds back the last stable
 offset until its marker). Not implemented: verifying that the partition was added to
-the transaction (KIP-890).
+the transaction (KIP-890). With message.timestamp.type=LogAppendTime each batch is
+stamped with the broker's clock (``log_validation``), answered in ``log_append_time_ms``.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from headrace.broker.context import RequestContext
 from headrace.broker.errors import error_code_for
+from headrace.broker.log_validation import validate_for_log
 from headrace.broker.registry import DeferredResponse, handles
 from headrace.errors import HeadraceError
 from headrace.protocol.errors import ErrorCode, KafkaProtocolError
@@ -53,17 +57,19 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                     raise KafkaProtocolError(ErrorCode.CORRUPT_MESSAGE, "null record set")
                 data = bytearray(pd.records)
                 headers = validate_batches(data)
-                if any(h.size > state.config.message_max_bytes for h in headers):
-                    raise KafkaProtocolError(ErrorCode.MESSAGE_TOO_LARGE)
                 if any(h.is_control for h in headers):
                     raise KafkaProtocolError(ErrorCode.INVALID_RECORD,
                                              "control batches are written by the broker only")
+                headers, append_time = validate_for_log(
+                    data, headers, partition_log.config, int(time.time() * 1000),
+                    f"{topic_data.name}-{pd.index}")
                 result = partition_log.append(data, headers)
                 state.notifier.notify((topic_data.name, pd.index))
                 if partition_log.config.flush_on_ack:
                     to_flush.add(partition_log)
                 parts.append(_PartResp(index=pd.index, error_code=0,
-                                       base_offset=result.base_offset, log_append_time_ms=-1,
+                                       base_offset=result.base_offset,
+                                       log_append_time_ms=append_time,
                                        log_start_offset=result.log_start_offset))
             except (HeadraceError, OSError) as e:  # each partition answers for itself
                 code = error_code_for(e)

@@ -1,0 +1,46 @@
+"""DescribeLogDirs (key 35), versions 0-4 (v0 and v1 share one layout; v5 adds cordoning).
+
+One log directory, the broker's data directory: for each requested partition (or all,
+when ``topics`` is null) the bytes of its segment files, offset lag 0 (no replicas) and
+no future log; from v4 the volume's total and usable bytes (``statvfs``), which
+``headrace capacity --live`` uses. Unknown topics or partitions are left out, as Kafka does.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from kafka.protocol.admin import DescribeLogDirsRequest, DescribeLogDirsResponse
+
+from headrace.broker.context import RequestContext
+from headrace.broker.registry import handles
+
+_Result = DescribeLogDirsResponse.DescribeLogDirsResult
+_Topic = _Result.DescribeLogDirsTopic
+_Partition = _Topic.DescribeLogDirsPartition
+
+
+@handles(DescribeLogDirsRequest, DescribeLogDirsResponse, max_version=4)
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    logs = ctx.state.logs
+    wanted: dict[str, list[int] | None]
+    if request.topics is None:
+        wanted = dict.fromkeys(logs.topics)
+    else:
+        wanted = {t.topic: list(t.partitions) for t in request.topics}
+    topics = []
+    for name, partitions in sorted(wanted.items()):
+        topic = logs.topics.get(name)
+        if topic is None:
+            continue
+        indexes = range(len(topic.partitions)) if partitions is None else partitions
+        parts = [_Partition(partition_index=i, partition_size=topic.partitions[i].size_bytes,
+                            offset_lag=0, is_future_key=False)
+                 for i in indexes if 0 <= i < len(topic.partitions)]
+        topics.append(_Topic(name=name, partitions=parts))
+    vfs = os.statvfs(ctx.state.config.data_dir)
+    result = _Result(error_code=0, log_dir=str(ctx.state.config.data_dir.resolve()),
+                     topics=topics, total_bytes=vfs.f_blocks * vfs.f_frsize,
+                     usable_bytes=vfs.f_bavail * vfs.f_frsize, is_cordoned=False)
+    return DescribeLogDirsResponse(throttle_time_ms=0, error_code=0, results=[result])

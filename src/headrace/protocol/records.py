@@ -99,6 +99,11 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHead
     return BatchHeader(*_HEADER.unpack_from(buf, pos))
 
 
+def header_fields(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, ...]:
+    """The header at ``pos`` as a plain tuple (``BatchHeader(*fields)`` rebuilds it)."""
+    return tuple(_HEADER.unpack_from(buf, pos))
+
+
 def magic_at(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
     """The magic byte of the batch (or legacy message set) at ``pos``; -1 when too short."""
     if len(buf) - pos <= MAGIC_OFFSET:

@@ -287,9 +287,9 @@ def clean(rng: CleanableRange, now_ms: int,
                     stats.bytes_read += size
                     for chunk in _chunks(fd, size, config.chunk_bytes):
                         kept = yield Offload(clean_batches, (pass_id, chunk))
-                        data, headers = cast(tuple[bytes, list[BatchHeader]], kept)
+                        data, fields = cast(tuple[bytes, list[tuple[int, ...]]], kept)
                         if data:
-                            out.append(data, headers)
+                            out.append(data, [BatchHeader(*f) for f in fields])
                 stats.bytes_written += out.size
                 yield out.flush
                 out.close()

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from headrace.protocol.batch_codec import batch_records
 from headrace.protocol.errors import ProtocolError
-from headrace.protocol.records import BatchHeader, parse_header
+from headrace.protocol.records import header_fields, parse_header
 from headrace.storage.batch_cleaner import BatchCleaner, CleanStats, TxnTracker
 from headrace.storage.offset_map import OffsetMap
 from headrace.storage.producer_state import AbortedTxn
@@ -109,20 +109,21 @@ def map_batches(pass_id: int, batches: list[bytes]) -> bool:
     return p.omap.full
 
 
-def clean_batches(pass_id: int, batches: list[bytes]) -> tuple[bytes, list[BatchHeader]]:
+def clean_batches(pass_id: int, batches: list[bytes]) -> tuple[bytes, list[tuple[int, ...]]]:
     """What survives of ``batches`` (in offset order, after every batch before them):
-    the bytes to append to the cleaned segment and their headers."""
+    the bytes to append to the cleaned segment and their headers' fields (plain tuples:
+    they cross the process boundary far faster than ``BatchHeader`` objects)."""
     p = _PASSES[pass_id]
     if p.cleaner is None:
         s = p.setup
         p.cleaner = BatchCleaner(p.omap, p.txns, s.producers, s.now_ms, s.delete_retention_ms,
                                  p.stats)
     out = bytearray()
-    headers: list[BatchHeader] = []
+    headers: list[tuple[int, ...]] = []
     for raw in batches:
         kept = p.cleaner.clean_batch(parse_header(raw), raw)
         if kept is not None:
-            headers.append(parse_header(kept))
+            headers.append(header_fields(kept))
             out += kept
     return bytes(out), headers
 

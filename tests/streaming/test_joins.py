@@ -119,3 +119,23 @@ def test_interval_join(spark: SparkSession, broker: EmbeddedBroker, topic_name: 
     expected = [(2, None), (3, None)] if how == "left_outer" else []
     assert pairs(steps.run({"imps": [{"k": "yy", "ts": at(130), "n": 4}],
                             "clicks": [{"k": "zz", "ts": at(130), "n": 98}]})) == expected
+
+
+def test_temporal_join_state_stays_bounded_without_events(
+        spark: SparkSession, broker: EmbeddedBroker, topic_name: str, tmp_path: Path) -> None:
+    """A key with table updates and no events keeps only the versions the watermark can
+    still reach."""
+    steps = StepRunner(
+        spark, broker, names(topic_name),
+        {"events": "k string, ts long, n long", "table": "k string, ts long, price double"},
+        lambda s: temporal_join(s["events"].select("k", "n", "event_time"),
+                                s["table"].select("k", "price", "event_time"), on=["k"],
+                                event_time="event_time", valid_from="event_time",
+                                watermark=0),
+        tmp_path / "cp")
+    sizes = []
+    for step in range(5):
+        steps.run({"table": [{"k": "a", "ts": at(step * 10 + i), "price": float(i)}
+                             for i in range(10)]})
+        sizes.append(sum(op["numRowsTotal"] for op in steps.progress[-1]["stateOperators"]))
+    assert sizes[-1] <= sizes[1], sizes

@@ -159,6 +159,10 @@ class _JoinProcessor(StatefulProcessor):
         watermark = timers.getCurrentWatermarkInMs()
         for r in tables:
             self.versions.updateValue((r["__t"],), (_dumps(_row_dict(r["__right"])),))
+        if tables:
+            # Once the watermark passes the newest version, the older ones are evicted
+            # (handleExpiredTimer), also for keys that never see an event.
+            self.handle.registerTimer(max(r["__t"] for r in tables))
         out: list[Row] = []
         for e in events:
             t = e["__t"]

@@ -4,7 +4,8 @@ State per key: a map ``(start, end) -> (accumulator JSON, emitted)``. For per-ev
 sliding windows the map holds one entry per event time ``t`` (start = end = t) whose
 accumulator is the list of that instant's aggregate inputs; a window ``[e - size, e]`` is
 recomputed from the entries it covers. Timers only wake the key up: ``_sweep`` decides
-what to emit and evict from the watermark, so a timer registered twice or late is harmless.
+what to emit and evict from the watermark; each key holds one timer, at the next
+watermark that changes something.
 """
 
 from __future__ import annotations
@@ -112,18 +113,34 @@ class WindowProcessor(StatefulProcessor):
                 out.append(self._result(key, w, self._window_values(windows, w), closed))
                 if closed:
                     windows[w] = (windows[w][0], True)
-            self.handle.registerTimer(w[1])
-            self.handle.registerTimer(self._evict_after(w) + 1)
         out.extend(self._sweep(key, windows, watermark))
         self._store(before, windows)
+        self._schedule(windows, watermark)
         return iter(out)
 
     def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
                            expiredTimerInfo: ExpiredTimerInfo) -> Iterator[Row]:
         before, windows = self._load()
-        out = self._sweep(tuple(key), windows, timerValues.getCurrentWatermarkInMs())
+        watermark = timerValues.getCurrentWatermarkInMs()
+        out = self._sweep(tuple(key), windows, watermark)
         self._store(before, windows)
+        self._schedule(windows, watermark)
         return iter(out)
+
+    def _schedule(self, windows: dict[tuple[int, int], Entry], watermark: int) -> None:
+        """Keep exactly one timer per key, at the next watermark that changes something: a
+        window to emit or to evict. One timer, not one per window, so a key's state is
+        loaded once per batch however many windows it holds."""
+        due = [w[1] if not emitted else self._evict_after(w) + 1
+               for w, (_, emitted) in windows.items()]
+        wanted = min((t for t in due if t > watermark), default=None)
+        for t in self.handle.listTimers():
+            if t != wanted:
+                self.handle.deleteTimer(t)
+            else:
+                wanted = None  # already registered
+        if wanted is not None:
+            self.handle.registerTimer(wanted)
 
     def _evict_after(self, w: tuple[int, int]) -> int:
         """The watermark past which window ``w``'s state can no longer change."""

@@ -174,15 +174,6 @@ def _follow(query: Any, state: LiveState) -> None:
     if "parsed" in metrics:
         state.parsed += int(metrics["parsed"]["transactions"])
     state.processed_per_s = float(progress.get("processedRowsPerSecond") or 0.0)
-    lag = 0
-    for src in progress["sources"]:
-        end, latest = src.get("endOffset"), src.get("latestOffset")
-        if end and latest:
-            e, latest_offsets = json.loads(end), json.loads(latest)
-            lag += sum(max(int(o) - int(e.get(t, {}).get(p, 0)), 0)
-                       for t, parts in latest_offsets.items() for p, o in parts.items())
-    state.lag = lag
-    state.lag_samples.append((time.monotonic() - state.started, lag))
 
 
 def _read_up_to(query: Any, topic: str) -> int:
@@ -311,6 +302,11 @@ def run_live(settings: LiveSettings, console: Console | None = None) -> LiveSumm
 def _tick(query: Any, state: LiveState, generator: FraudGenerator | None, bootstrap: str,
           topics: PipelineTopics) -> None:
     _follow(query, state)
+    # Lag: what the log holds beyond what the query has finished (the progress's own
+    # latestOffset is where the running batch stops, not where the log ends).
+    state.lag = max(_end_offset(bootstrap, topics.transactions)
+                    - _read_up_to(query, topics.transactions), 0)
+    state.lag_samples.append((time.monotonic() - state.started, state.lag))
     if generator is not None:
         # RuntimeError: the generator thread changed it under us; try again next tick.
         with contextlib.suppress(RuntimeError):

@@ -120,3 +120,37 @@ def test_per_event_sliding_counts(spark: SparkSession, broker: EmbeddedBroker,
     # within lateness: its own window and the one ending at 10:30 are (re-)emitted.
     assert summary(steps.run([ev(9), ev(28)]), "count") == [
         ("late", 9.0, 21.0), ("result", "a", 18, 28, 1), ("result", "a", 20, 30, 2)]
+
+
+def test_results_and_late_events_to_two_topics_exactly_once(
+        spark: SparkSession, broker: EmbeddedBroker, topic_name: str, tmp_path: Path) -> None:
+    """to_topics(): window results and the late side output through one exactly-once sink."""
+    import json
+
+    from headrace.spark import read_events
+    from headrace.streaming import late_events, results, to_topics
+    from tests.spark.kafka_helpers import create_topic, produce, read_all
+
+    create_topic(broker.bootstrap_servers, topic_name)
+    counts, late = topic_name + "-counts", topic_name + "-late"
+    source = read_events(spark, topic_name, SCHEMA, event_time="ts",
+                         dead_letter_topic=topic_name + "-dlq",
+                         kafka_bootstrap_servers=broker.bootstrap_servers,
+                         startingOffsets="earliest")
+    out = windowed(source, keys=["k"], event_time="event_time", window=tumbling("10 minutes"),
+                   aggs=[count()], watermark=0)
+    assert results(out).columns == ["k", "window_start", "window_end", "count", "final"]
+    assert late_events(out).columns == ["event_time", "lateness_ms", "event"]
+    for step in ([ev(1), ev(2)], [ev(15)], [ev(3)]):
+        produce(broker.bootstrap_servers, topic_name,
+                [(b"a", json.dumps(e).encode()) for e in step])
+        q = (to_topics(out, ["k"], counts, late).writeStream.format("headrace")
+             .option("kafka.bootstrap.servers", broker.bootstrap_servers)
+             .option("checkpointLocation", str(tmp_path / "cp"))
+             .trigger(availableNow=True).start())
+        q.awaitTermination(120)
+        assert q.exception() is None, q.exception()
+    emitted = [json.loads(m.value()) for m in read_all(broker.bootstrap_servers, counts)]
+    assert [(r["kind"], r["count"]) for r in emitted] == [("result", 2)]
+    dropped = [json.loads(m.value()) for m in read_all(broker.bootstrap_servers, late)]
+    assert [(d["ts"], d["k"]) for d in dropped] == [(ev(3)["ts"], "a")]

@@ -114,12 +114,6 @@ class GroundTruth:
     partial_incidents: tuple[Incident, ...] = ()
     guarantees: Mapping[str, Any] = field(default_factory=dict)
 
-    def incidents_by_pattern(self) -> dict[str, list[Incident]]:
-        out: dict[str, list[Incident]] = {p: [] for p in PATTERNS}
-        for inc in self.incidents:
-            out[inc.pattern].append(inc)
-        return out
-
     def score(self, alerts: Iterable[Alert]) -> Score:
         """Score alerts against the incidents. Pure; an alert may match several incidents
         (it then counts once as matched and marks each of them found)."""

@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test setup lint typecheck bench clean
 
-setup: $(STAMP) .stamp-system
+setup: $(STAMP) .stamp-system jvm/lib/.stamp
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -20,6 +20,11 @@ $(STAMP): pyproject.toml
 .stamp-system: scripts/setup-system.sh
 	@bash scripts/setup-system.sh
 	@touch .stamp-system
+
+# JVM pieces from Maven Central: Spark's Kafka connector, Apache Kafka, the Java client.
+JVM_SOURCES := $(shell find jvm -name pom.xml -o -name '*.java' 2>/dev/null)
+jvm/lib/.stamp: $(JVM_SOURCES) scripts/setup-jvm.sh
+	@if bash scripts/setup-jvm.sh; then touch jvm/lib/.stamp; else echo "continuing without the JVM pieces" >&2; fi
 
 demo: setup
 	@PYSPARK_PYTHON=$(abspath $(BIN))/python $(BIN)/python -m headrace demo fraud
@@ -40,4 +45,4 @@ bench: setup
 	@$(BIN)/python bench/throughput.py
 
 clean:
-	rm -rf $(VENV) .stamp-system build dist src/*.egg-info
+	rm -rf $(VENV) .stamp-system build dist src/*.egg-info jvm/lib jvm/*/target

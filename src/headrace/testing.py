@@ -6,14 +6,17 @@ TCP exactly as clients would, and can ``kill -9`` and restart it on the same dat
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections import deque
 from pathlib import Path
 from types import TracebackType
@@ -27,7 +30,54 @@ class EmbeddedBrokerError(HeadraceError):
     """The embedded broker did not start or stop as expected."""
 
 
-class EmbeddedBroker:
+class _ServerProcess:
+    """A server subprocess whose output is kept (the last 500 lines) for error messages."""
+
+    process: subprocess.Popen[str] | None
+    output: deque[str]
+
+    def _drain(self, process: subprocess.Popen[str]) -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            self.output.append(line)
+
+    def _wait_ready(self, marker: str, timeout: float, what: str) -> str:
+        """Read output until a line contains ``marker``; return it. Blocks up to ``timeout``."""
+        assert self.process is not None and self.process.stdout is not None
+        deadline = time.monotonic() + timeout
+        while True:
+            line = self.process.stdout.readline()
+            if not line:
+                self.process.wait()
+                raise EmbeddedBrokerError(f"{what} exited during start-up:\n" + "".join(self.output))
+            self.output.append(line)
+            if marker in line:
+                threading.Thread(target=self._drain, args=(self.process,), daemon=True).start()
+                return line
+            if time.monotonic() > deadline:
+                self.kill()
+                raise EmbeddedBrokerError(f"{what} did not start in time:\n" + "".join(self.output))
+
+    def stop(self, timeout: float = 15.0) -> int:
+        """Stop cleanly (SIGTERM) and return the exit code; SIGKILL after ``timeout``."""
+        proc = self.process
+        if proc is None or proc.poll() is not None:
+            return proc.returncode if proc else 0
+        proc.send_signal(signal.SIGTERM)
+        try:
+            return proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return proc.wait()
+
+    def kill(self) -> None:
+        """SIGKILL the process: no flush, no clean shutdown."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+class EmbeddedBroker(_ServerProcess):
     """A broker subprocess on a free port with its own data directory.
 
     ``with EmbeddedBroker() as b: ... b.bootstrap_servers``. The data directory is a
@@ -62,45 +112,9 @@ class EmbeddedBroker:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         text=True, env=env)
-        assert self.process.stdout is not None
-        deadline = time.monotonic() + self.start_timeout
-        while True:
-            line = self.process.stdout.readline()
-            if not line:
-                self.process.wait()
-                raise EmbeddedBrokerError("broker exited during start-up:\n" + "".join(self.output))
-            self.output.append(line)
-            if line.startswith(READY_PREFIX):
-                self.port = int(line.strip().rsplit(":", 1)[1])
-                break
-            if time.monotonic() > deadline:
-                self.kill()
-                raise EmbeddedBrokerError("broker did not start in time:\n" + "".join(self.output))
-        threading.Thread(target=self._drain, args=(self.process,), daemon=True).start()
+        line = self._wait_ready(READY_PREFIX, self.start_timeout, "broker")
+        self.port = int(line.strip().rsplit(":", 1)[1])
         return self
-
-    def _drain(self, process: subprocess.Popen[str]) -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
-            self.output.append(line)
-
-    def stop(self, timeout: float = 15.0) -> int:
-        """Stop cleanly (SIGTERM) and return the exit code; SIGKILL after ``timeout``."""
-        proc = self.process
-        if proc is None or proc.poll() is not None:
-            return proc.returncode if proc else 0
-        proc.send_signal(signal.SIGTERM)
-        try:
-            return proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            return proc.wait()
-
-    def kill(self) -> None:
-        """SIGKILL the broker: no flush, no clean-shutdown marker."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
 
     def restart(self) -> EmbeddedBroker:
         self.stop()
@@ -120,3 +134,104 @@ class EmbeddedBroker:
         self.stop()
         if self._own_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+class ApacheKafka(_ServerProcess):
+    """A real single-node Apache Kafka (KRaft, broker and controller in one JVM) for tests.
+
+    The reference that headrace's behaviour is compared against: same use as
+    ``EmbeddedBroker`` (``with ApacheKafka() as k: k.bootstrap_servers``), started from the
+    jars that ``make setup`` resolved into ``jvm/lib/kafka`` (``headrace.jvm``). Blocks in
+    ``start()`` until the broker serves requests (about 5-10 s). ``configs`` are extra
+    ``server.properties`` lines (Kafka's names), e.g. ``{"num.partitions": "4"}``; internal
+    topics are single-replica. Raises ``headrace.jvm.JvmUnavailableError`` without the jars.
+    """
+
+    READY_MARKER = "Kafka Server started"
+
+    def __init__(self, configs: dict[str, str] | None = None, host: str = "127.0.0.1",
+                 heap: str = "768m", start_timeout: float = 90.0) -> None:
+        self.configs = dict(configs or {})
+        self.host = host
+        self.heap = heap
+        self.start_timeout = start_timeout
+        self.data_dir = Path(tempfile.mkdtemp(prefix="apache-kafka-"))
+        self.port = _free_port(host)
+        self.controller_port = _free_port(host)
+        self.process: subprocess.Popen[str] | None = None
+        self.output: deque[str] = deque(maxlen=500)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def _properties(self) -> Path:
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@{self.host}:{self.controller_port}",
+            "listeners": (f"PLAINTEXT://{self.host}:{self.port},"
+                          f"CONTROLLER://{self.host}:{self.controller_port}"),
+            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "log.dirs": str(self.data_dir / "logs"),
+            "offsets.topic.replication.factor": "1",
+            "offsets.topic.num.partitions": "1",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.num.partitions": "1",
+            "share.coordinator.state.topic.replication.factor": "1",
+            "share.coordinator.state.topic.min.isr": "1",
+            "group.initial.rebalance.delay.ms": "0",
+            **self.configs,
+        }
+        path = self.data_dir / "server.properties"
+        path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        return path
+
+    def _java(self, main: str, *args: str) -> list[str]:
+        from headrace import jvm
+        log_config = jvm.lib_dir().parent / "kafka" / "config" / "log4j2.yaml"
+        return [jvm.java_executable(), f"-Xmx{self.heap}", "-XX:+UseG1GC",
+                f"-Dlog4j2.configurationFile={log_config}", "-Djava.awt.headless=true",
+                "-cp", jvm.classpath("kafka"), main, *args]
+
+    def start(self) -> ApacheKafka:
+        """Format the storage on first start, start the JVM, wait until ready. Blocks."""
+        if self.process is not None and self.process.poll() is None:
+            raise EmbeddedBrokerError("Apache Kafka already running")
+        props = self._properties()
+        if not (self.data_dir / "logs" / "meta.properties").exists():
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            fmt = subprocess.run(
+                self._java("kafka.tools.StorageTool", "format", "-t", cluster_id,
+                           "-c", str(props)),
+                capture_output=True, text=True, timeout=120)
+            if fmt.returncode != 0:
+                raise EmbeddedBrokerError(
+                    f"formatting Kafka's storage failed:\n{fmt.stdout}{fmt.stderr}")
+        self.process = subprocess.Popen(self._java("kafka.Kafka", str(props)),
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        text=True)
+        self._wait_ready(self.READY_MARKER, self.start_timeout, "Apache Kafka")
+        return self
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """Controlled shutdown (SIGTERM); SIGKILL after ``timeout``. Returns the exit code."""
+        return super().stop(timeout)
+
+    def __enter__(self) -> ApacheKafka:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])

@@ -1,0 +1,72 @@
+"""Where headrace's JVM pieces live, and how to run them.
+
+``make setup`` (``scripts/setup-jvm.sh``) resolves the Maven project in ``jvm/`` from Maven
+Central into ``jvm/lib/<component>/`` once:
+
+- ``spark-kafka``: Spark's own Kafka connector (``format("kafka")``) and the jars PySpark lacks;
+- ``kafka``: an Apache Kafka broker (KRaft) and Kafka's tools, the reference broker;
+- ``clients``: the Java Kafka client and headrace's scenario driver for it.
+
+``HEADRACE_JVM_LIB`` overrides the folder (e.g. for an installed, non-editable headrace).
+Nothing here starts a JVM at import time; every function is cheap and side-effect free.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Literal
+
+from headrace.errors import HeadraceError
+
+Component = Literal["spark-kafka", "kafka", "clients"]
+
+
+class JvmUnavailableError(HeadraceError):
+    """A JVM piece is missing: Java is not installed or ``jvm/lib`` was not built."""
+
+
+def lib_dir() -> Path:
+    """The folder holding one sub-folder of jars per component (it may not exist)."""
+    override = os.environ.get("HEADRACE_JVM_LIB")
+    if override:
+        return Path(override)
+    return Path(__file__).resolve().parents[2] / "jvm" / "lib"
+
+
+def jars(component: Component) -> list[Path]:
+    """Every jar of ``component``, sorted; raises ``JvmUnavailableError`` if there are none."""
+    folder = lib_dir() / component
+    found = sorted(folder.glob("*.jar"))
+    if not found:
+        raise JvmUnavailableError(
+            f"no jars in {folder}: run `make setup` (scripts/setup-jvm.sh resolves them "
+            "from Maven Central)")
+    return found
+
+
+def classpath(component: Component) -> str:
+    """A ``java -cp`` value for ``component``."""
+    return os.pathsep.join(str(j) for j in jars(component))
+
+
+def available(component: Component) -> bool:
+    """True when ``component``'s jars and a ``java`` executable are both present."""
+    try:
+        jars(component)
+        java_executable()
+    except JvmUnavailableError:
+        return False
+    return True
+
+
+def java_executable() -> str:
+    """The ``java`` to run: ``$JAVA_HOME/bin/java`` if set, else the one on PATH."""
+    home = os.environ.get("JAVA_HOME")
+    if home and (Path(home) / "bin" / "java").exists():
+        return str(Path(home) / "bin" / "java")
+    found = shutil.which("java")
+    if not found:
+        raise JvmUnavailableError("Java 17+ is required but `java` is not on PATH")
+    return found

@@ -82,15 +82,19 @@ class EmbeddedBroker(_ServerProcess):
 
     ``with EmbeddedBroker() as b: ... b.bootstrap_servers``. The data directory is a
     fresh temporary one (removed on exit) unless ``data_dir`` is given. ``extra_args``
-    are passed to ``headrace broker`` (e.g. ``["--fsync"]``). ``kill()`` sends SIGKILL;
+    are passed to ``headrace broker`` (e.g. ``["--fsync"]``); ``launcher`` replaces
+    ``python -m headrace`` (fault-injection tests). ``kill()`` sends SIGKILL;
     ``start()`` again restarts on the same port and data (recovery runs).
     """
 
     def __init__(self, data_dir: str | Path | None = None, extra_args: list[str] | None = None,
-                 host: str = "127.0.0.1", start_timeout: float = 30.0) -> None:
+                 host: str = "127.0.0.1", start_timeout: float = 30.0,
+                 launcher: list[str] | None = None) -> None:
         self._own_dir = data_dir is None
         self.data_dir = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="headrace-"))
         self.extra_args = list(extra_args or [])
+        # the command that runs headrace's CLI; tests substitute one with a fault hook
+        self.launcher = list(launcher or [sys.executable, "-m", "headrace"])
         self.host = host
         self.port = 0
         self.start_timeout = start_timeout
@@ -107,7 +111,7 @@ class EmbeddedBroker(_ServerProcess):
         """Start the process and wait until it accepts connections. Blocks."""
         if self.process is not None and self.process.poll() is None:
             raise EmbeddedBrokerError("broker already running")
-        cmd = [sys.executable, "-m", "headrace", "broker", "--host", self.host,
+        cmd = [*self.launcher, "broker", "--host", self.host,
                "--port", str(self.port), "--data-dir", str(self.data_dir), *self.extra_args]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

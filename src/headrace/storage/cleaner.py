@@ -43,7 +43,6 @@ import itertools
 import json
 import logging
 import os
-import signal
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
@@ -70,9 +69,16 @@ CHECKPOINT_FILE = "cleaner-checkpoint.json"
 _PASS_IDS = itertools.count(1)
 # Bytes read per pread: small enough that a cold read does not hold the event loop long.
 READ_CHUNK = 1024 * 1024
-# Test hook: the broker SIGKILLs itself when the cleaner reaches the named point
-# ("before-commit", "after-commit", "after-swap"), for crash-safety tests.
-CRASH_ENV = "HEADRACE_TEST_CLEANER_CRASH"
+# Fault-injection seam for crash-safety tests: called with the name of each point of the
+# swap ("before-commit", "after-commit", "after-swap"). None in production; only a test
+# installs one (set_fault_hook), e.g. a launcher that SIGKILLs the broker at a point.
+_fault_hook: Callable[[str], None] | None = None
+
+
+def set_fault_hook(hook: Callable[[str], None] | None) -> None:
+    """Install (or remove, with None) the test-only fault hook. Not for production use."""
+    global _fault_hook
+    _fault_hook = hook
 
 
 
@@ -205,8 +211,8 @@ def pick_filthiest(logs: Iterable[PartitionLog], now_ms: int) -> CleanableRange 
 
 
 def _crash_point(name: str) -> None:
-    if os.environ.get(CRASH_ENV) == name:
-        os.kill(os.getpid(), signal.SIGKILL)
+    if _fault_hook is not None:
+        _fault_hook(name)
 
 
 def _on_commit(committed: list[bool]) -> None:
@@ -346,6 +352,6 @@ def run_to_completion(pass_: Generator[Step, object, CleanStats]) -> CleanStats:
         return stats
 
 
-__all__ = ["CRASH_ENV", "CleanStats", "CleanableRange", "CleanerCheckpoint", "CleanerConfig",
+__all__ = ["CleanStats", "CleanableRange", "CleanerCheckpoint", "CleanerConfig",
            "Offload", "Step", "clean", "cleanable_range", "load_checkpoint", "pick_filthiest",
-           "run_step", "run_to_completion", "save_checkpoint"]
+           "run_step", "run_to_completion", "save_checkpoint", "set_fault_hook"]

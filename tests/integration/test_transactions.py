@@ -789,3 +789,22 @@ def test_offset_fetch_require_stable_reports_pending_transactional_offsets(
                 r.error_code, part.error_code, part.committed_offset)
     finally:
         producer.abort_transaction(10)
+
+
+def test_idempotent_init_producer_id_ignores_a_hint_and_allocates_a_fresh_id(
+        broker: EmbeddedBroker) -> None:
+    """KIP-360 hints from idempotent (non-transactional) producers are not trusted: like
+    Apache Kafka, the broker answers a fresh producer id at epoch 0, so no client can take
+    over another producer's id by naming it."""
+    def init(c: RawClient, pid: int, epoch: int) -> tuple[int, int, int]:
+        r = c.request(InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60_000,
+                                            producer_id=pid, producer_epoch=epoch), 4)
+        return int(r.error_code), int(r.producer_id), int(r.producer_epoch)
+
+    with RawClient(broker.bootstrap_servers) as c:
+        err, first, epoch = init(c, -1, -1)
+        assert (err, epoch) == (0, 0)
+        err, own_hint, epoch = init(c, first, 0)
+        assert (err, epoch) == (0, 0) and own_hint != first
+        err, foreign, epoch = init(c, 12_345, 7)
+        assert (err, epoch) == (0, 0) and foreign not in {first, own_hint, 12_345}

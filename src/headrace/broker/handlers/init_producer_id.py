@@ -1,8 +1,10 @@
 """InitProducerId (key 22), versions 0-5.
 
-Idempotent producers (no transactional id): a fresh producer id (unique across restarts)
-at epoch 0, or, given the producer's current id and epoch (v3+, KIP-360), the same id at
-the next epoch. Transactional producers: the transaction coordinator maps the
+Idempotent producers (no transactional id): always a fresh producer id (unique across
+restarts) at epoch 0, as Apache Kafka answers. A producer id/epoch hint (v3+, KIP-360) is
+ignored for them: an idempotent producer bumps its epoch locally, and the broker keeps no
+owner per producer id to check a hint against, so granting "the same id at the next
+epoch" would let any client take over another producer's id. Transactional producers: the transaction coordinator maps the
 transactional id to its producer id and bumps the epoch, fencing older incarnations and
 aborting a transaction they left open (see ``headrace.broker.txn.coordinator``).
 """
@@ -17,8 +19,6 @@ from headrace.broker.context import RequestContext
 from headrace.broker.handlers._txn import fenced_code
 from headrace.broker.registry import handles
 from headrace.protocol.errors import KafkaProtocolError
-
-MAX_EPOCH = 32767
 
 
 @handles(InitProducerIdRequest, InitProducerIdResponse, max_version=5)
@@ -35,9 +35,6 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                                           producer_id=-1, producer_epoch=-1)
         return InitProducerIdResponse(throttle_time_ms=0, error_code=0, producer_id=pid,
                                       producer_epoch=epoch)
-    if pid >= 0 and 0 <= epoch < MAX_EPOCH - 1:
-        return InitProducerIdResponse(throttle_time_ms=0, error_code=0, producer_id=pid,
-                                      producer_epoch=epoch + 1)
     return InitProducerIdResponse(throttle_time_ms=0, error_code=0,
                                   producer_id=ctx.state.logs.allocate_producer_id(),
                                   producer_epoch=0)

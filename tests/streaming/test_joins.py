@@ -139,3 +139,50 @@ def test_temporal_join_state_stays_bounded_without_events(
                              for i in range(10)]})
         sizes.append(sum(op["numRowsTotal"] for op in steps.progress[-1]["stateOperators"]))
     assert sizes[-1] <= sizes[1], sizes
+
+
+def test_temporal_join_late_events_after_eviction(spark: SparkSession, broker: EmbeddedBroker,
+                                                  topic_name: str, tmp_path: Path) -> None:
+    """Late events: the version valid at their time while it is held; once evicted, the
+    oldest version held (``valid_from`` after the event says so); none before the key's
+    first version."""
+    steps = StepRunner(
+        spark, broker, names(topic_name),
+        {"events": "k string, ts long, n long", "table": "k string, ts long, price double"},
+        lambda s: temporal_join(s["events"].select("k", "n", "event_time"),
+                                s["table"].select("k", "price", "event_time"), on=["k"],
+                                event_time="event_time", valid_from="event_time",
+                                watermark=0),
+        tmp_path / "cp")
+
+    def rows(out: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        return sorted((r["left"]["n"], r["right"] and r["right"]["price"],
+                       r["valid_from"] and (to_ms(r["valid_from"]) - at(0)) / MINUTE, r["late"])
+                      for r in out)
+
+    # Versions at 10:10, 10:20, 10:30; the watermark moves to 10:40 and evicts 10:10 and
+    # 10:20 (the newest at or before it, 10:30, stays).
+    steps.run({"table": [{"k": "a", "ts": at(m), "price": float(m)} for m in (10, 20, 30)],
+               "events": [{"k": "z", "ts": at(40), "n": 0}]})
+    steps.run({"events": [{"k": "z", "ts": at(41), "n": 0}]})
+    out = steps.run({"events": [{"k": "a", "ts": at(35), "n": 1},    # version held: exact
+                                {"k": "a", "ts": at(15), "n": 2},    # 10:10 evicted: oldest held
+                                {"k": "a", "ts": at(5), "n": 3}]})   # before the first version
+    assert rows([r for r in out if r["k"] == "a"]) == [
+        (1, 30.0, 30.0, True), (2, 30.0, 30.0, True), (3, None, None, True)]
+
+
+def test_latest_join_applies_a_batchs_updates_before_its_events(
+        spark: SparkSession, broker: EmbeddedBroker, topic_name: str, tmp_path: Path) -> None:
+    """The documented rule: an event sees a table update of the same micro-batch, even one
+    produced after it."""
+    steps = StepRunner(
+        spark, broker, names(topic_name),
+        {"events": "k string, ts long, n long", "table": "k string, ts long, price double"},
+        lambda s: latest_join(s["events"].select("k", "n", "event_time"),
+                              s["table"].select("k", "price"), on=["k"]),
+        tmp_path / "cp")
+    steps.run({"table": [{"k": "a", "ts": at(0), "price": 1.0}]})
+    out = steps.run({"events": [{"k": "a", "ts": at(1), "n": 1}],
+                     "table": [{"k": "a", "ts": at(2), "price": 2.0}]})
+    assert [(r["left"]["n"], r["right"]["price"]) for r in out] == [(1, 2.0)]

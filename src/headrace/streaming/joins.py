@@ -5,11 +5,19 @@ table-table join kept as a live view.
   sides; inner or left outer (unmatched left rows come out once the watermark passes the
   end of their interval). State is evicted by watermark.
 - ``latest_join``: each event joined with the table's current row for its key — the latest
-  update that arrived before it (within one micro-batch, updates are applied first).
+  update that arrived before it. Within one micro-batch the two topics have no common
+  arrival order (offsets are per partition), so the rule is: a batch's table updates are
+  applied before its events, i.e. an event sees every update that arrived in the same
+  micro-batch, even one produced after it.
 - ``temporal_join``: each event joined with the table row *valid at the event's time* (the
   version with the greatest ``valid_from`` not after it), correct when table updates arrive
   out of order: an event is held until the watermark passes its time, then joined. Events
-  already behind the watermark when they arrive are joined at once and flagged ``late``.
+  already behind the watermark when they arrive are joined at once and flagged ``late``:
+  with the version valid at their time if it is still held; if the watermark has evicted
+  it (eviction keeps only the newest version at or before the watermark), with the oldest
+  version still held, so ``valid_from`` is then after the event's time — the sign that the
+  exact version is gone. A late event older than the key's first version ever joins none
+  (``right`` null), as an on-time one would.
 - ``table_join``: two changelogs joined on a key into a materialized view; an update on
   either side re-emits the joined rows it changes (a price change updates every order of
   that product).
@@ -122,6 +130,7 @@ class _JoinProcessor(StatefulProcessor):
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
         self.table = handle.getValueState("table", _ONE_STRING)
+        self.first = handle.getValueState("first", _ONE_LONG)
         self.versions = handle.getMapState("versions", _ONE_LONG, _ONE_STRING)
         self.pending = handle.getMapState("pending", _ONE_LONG, _ONE_STRING)
         self.left = handle.getMapState("left", _ONE_STRING, _ONE_STRING)
@@ -160,6 +169,9 @@ class _JoinProcessor(StatefulProcessor):
         for r in tables:
             self.versions.updateValue((r["__t"],), (_dumps(_row_dict(r["__right"])),))
         if tables:
+            first = min(r["__t"] for r in tables)
+            if not self.first.exists() or first < self._first():
+                self.first.update((first,))
             # Once the watermark passes the newest version, the older ones are evicted
             # (handleExpiredTimer), also for keys that never see an event.
             self.handle.registerTimer(max(r["__t"] for r in tables))
@@ -175,13 +187,23 @@ class _JoinProcessor(StatefulProcessor):
             self.handle.registerTimer(t)
         return out
 
+    def _first(self) -> int:
+        """The smallest ``valid_from`` this key ever stored (kept past eviction)."""
+        value = self.first.get()
+        assert value is not None
+        return int(value[0])
+
     def _versioned(self, key: tuple[Any, ...], event: dict[str, Any], t: int,
                    late: bool) -> Row:
-        stored = self.versions.keys()
-        valid = [v[0] for v in stored if v[0] <= t]
-        if not valid:
+        stored = self.versions.keys()  # MapState's iterator of key tuples
+        held = [v[0] for v in stored]
+        valid = [v for v in held if v <= t]
+        if valid:
+            since = max(valid)
+        elif late and held and self.first.exists() and self._first() <= t:
+            since = min(held)  # the version valid at t was evicted: the oldest one held
+        else:
             return self._out(key, event, None, valid_from=None, late=late)
-        since = max(valid)
         row = _loads(self.versions.getValue((since,)))
         return self._out(key, event, row, valid_from=from_ms(since), late=late)
 
@@ -194,8 +216,9 @@ class _JoinProcessor(StatefulProcessor):
             if t <= watermark:
                 out.extend(self._versioned(key, ev, t, late=False) for ev in json.loads(held))
                 self.pending.removeKey((t,))
-        # Versions no event can reach any more: all but the newest one at or before the
-        # watermark (later events are after the watermark, or late and joined with it).
+        # Versions no on-time event can reach any more: all but the newest one at or before
+        # the watermark (later events are after the watermark; late ones join the version
+        # valid at their time if held, else the oldest held: see the module docstring).
         stored = self.versions.keys()
         older = sorted(v[0] for v in stored if v[0] <= watermark)
         for since in older[:-1]:
@@ -269,6 +292,7 @@ def _join(left: DataFrame, right: DataFrame, spec: _JoinSpec, left_time: str | N
 
 def latest_join(events: DataFrame, table: DataFrame, *, on: list[str]) -> DataFrame:
     """Each event with the table's latest row for its key (``right`` null if none yet).
+    A micro-batch's table updates are applied before its events (module docstring).
 
     ``table`` is a changelog stream (e.g. a compacted topic read with read_events). Output:
     the key columns, ``left`` (the event) and ``right`` (the table row) as structs.
@@ -280,7 +304,8 @@ def latest_join(events: DataFrame, table: DataFrame, *, on: list[str]) -> DataFr
 def temporal_join(events: DataFrame, table: DataFrame, *, on: list[str], event_time: str,
                   valid_from: str, watermark: str | int | dt.timedelta) -> DataFrame:
     """Each event with the table row valid at its ``event_time``: the version with the
-    greatest ``valid_from`` at or before it. Output adds ``valid_from`` and ``late``."""
+    greatest ``valid_from`` at or before it. Output adds ``valid_from`` and ``late``; late
+    events join as the module docstring says."""
     spec = _JoinSpec("temporal", tuple(on), tuple(events.columns), tuple(table.columns))
     return _join(events, table, spec, event_time, valid_from, watermark,
                  [StructField("valid_from", TimestampType()),

@@ -154,3 +154,20 @@ def test_results_and_late_events_to_two_topics_exactly_once(
     assert [(r["kind"], r["count"]) for r in emitted] == [("result", 2)]
     dropped = [json.loads(m.value()) for m in read_all(broker.bootstrap_servers, late)]
     assert [(d["ts"], d["k"]) for d in dropped] == [(ev(3)["ts"], "a")]
+
+
+def test_lateness_boundary_is_end_plus_allowed_lateness_at_or_behind_the_watermark(
+        spark: SparkSession, broker: EmbeddedBroker, topic_name: str, tmp_path: Path) -> None:
+    """The one rule: late when ``end + allowed_lateness <= watermark``. At the boundary the
+    event is late; a millisecond before the boundary it still updates its window."""
+    steps = StepRunner(spark, broker, topic_name, SCHEMA, lambda df: windowed(
+        df, keys=["k"], event_time="event_time", window=tumbling("10 minutes"),
+        aggs=[count()], watermark=0, allowed_lateness="2 minutes"), tmp_path / "cp")
+    assert summary(steps.run([ev(1)]), "count") == []
+    assert summary(steps.run([ev(12)]), "count") == [("result", "a", 0, 10, 1)]
+    # watermark 10:12 = end 10:10 + 2 minutes: exactly at the boundary -> late
+    assert summary(steps.run([ev(5)])) == [("late", 5.0, 7.0)]
+    # watermark 10:21:59.999, one millisecond before 10:20 + 2 minutes -> a late update
+    assert summary(steps.run([ev(15), ev(22 - 1 / MINUTE)]), "count") == [
+        ("result", "a", 10, 20, 2)]  # 10:12 and 10:15
+    assert summary(steps.run([ev(14)]), "count") == [("result", "a", 10, 20, 3)]

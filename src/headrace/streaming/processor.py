@@ -148,7 +148,11 @@ class WindowProcessor(StatefulProcessor):
         return w[1] + extra + self.lateness
 
     def _expired(self, end: int, watermark: int) -> bool:
-        return watermark >= 0 and watermark > end + self.lateness
+        """The toolkit's one lateness rule (module ``windows``): a window ending at ``end``
+        takes no more events once ``end + allowed_lateness <= watermark``; with no allowed
+        lateness that is the watermark that emits it as final, so a final window never
+        changes."""
+        return watermark >= 0 and end + self.lateness <= watermark
 
     def _sweep(self, key: tuple[Any, ...], windows: dict[tuple[int, int], Entry],
                watermark: int) -> list[Row]:

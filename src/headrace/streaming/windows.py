@@ -6,7 +6,7 @@ rows told apart by ``kind``:
 
 - ``result``: a window's aggregates. With ``emit="final"`` a window is emitted once the
   watermark reaches its end (``final`` true), and again, updated, for each batch of late
-  events that arrive while the watermark is at most ``end + allowed_lateness`` (Flink's
+  events that arrive while the watermark is below ``end + allowed_lateness`` (Flink's
   late firings; seed 000's worked example 2). With ``emit="updates"`` every batch that
   changes a window emits it (``final`` false until the watermark passes its end).
 - ``retract``: a session window emitted earlier that a later event merged into a bigger
@@ -15,9 +15,18 @@ rows told apart by ``kind``:
   drop it silently; here it comes out with ``lateness_ms`` (watermark minus event time)
   and the event as JSON, so it can go to a side-output topic and be counted.
 
-The watermark is Spark's own: the maximum event time seen in earlier micro-batches minus
-the ``watermark`` delay, the same for all keys. State per key and window is evicted when
-the watermark passes ``end + allowed_lateness``, so it stays bounded.
+The watermark ``W`` is Spark's own: the maximum event time seen in earlier micro-batches
+minus the ``watermark`` delay, the same for all keys, as transformWithState reports it to
+the batch the event arrives in. One lateness rule holds for every window kind, the late
+side output and the temporal join's ``late`` flag: **an event is late when
+``end + allowed_lateness <= W``**, ``end`` being its window's end (a session's end, or the
+event's own time for per-event sliding windows and joins). An event exactly at the
+boundary is late; one a millisecond before it is not. It is the comparison Spark and Flink
+use (Spark drops a row when ``end <= watermark``); the one difference from Spark's native
+operators is which ``W``: Spark filters late rows with the watermark of the batch
+*before*, one batch staler, so on the same input Spark may keep a few rows this toolkit
+reports as late. State per key and window is evicted once ``W`` passes
+``end + allowed_lateness``, so it stays bounded.
 """
 
 from __future__ import annotations

@@ -186,3 +186,32 @@ def test_latest_join_applies_a_batchs_updates_before_its_events(
     out = steps.run({"events": [{"k": "a", "ts": at(1), "n": 1}],
                      "table": [{"k": "a", "ts": at(2), "price": 2.0}]})
     assert [(r["left"]["n"], r["right"]["price"]) for r in out] == [(1, 2.0)]
+
+
+def test_table_join_follows_a_changed_foreign_key(spark: SparkSession, broker: EmbeddedBroker,
+                                                  topic_name: str, tmp_path: Path) -> None:
+    """An order moved from product p1 to p2 joins p2; p1's later price change no longer
+    re-emits it."""
+    steps = StepRunner(
+        spark, broker, {"orders": topic_name + "-o", "products": topic_name + "-p"},
+        {"orders": "k string, ts long, order_id string, qty long",
+         "products": "k string, ts long, price double"},
+        lambda s: table_join(s["orders"].select("k", "order_id", "qty"),
+                             s["products"].select("k", "price"), on=["k"], left_key="order_id"),
+        tmp_path / "cp")
+
+    def view(out: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        return sorted((r["k"], r["left"]["order_id"], r["left"]["qty"],
+                       r["right"] and r["right"]["price"]) for r in out)
+
+    assert view(steps.run({"products": [{"k": "p1", "ts": 0, "price": 10.0},
+                                        {"k": "p2", "ts": 0, "price": 20.0}],
+                           "orders": [{"k": "p1", "ts": 0, "order_id": "o1", "qty": 2},
+                                      {"k": "p1", "ts": 0, "order_id": "o2", "qty": 1}]})) \
+        == [("p1", "o1", 2, 10.0), ("p1", "o2", 1, 10.0)]
+    assert view(steps.run({"orders": [{"k": "p2", "ts": 1, "order_id": "o1", "qty": 3}]})) == [
+        ("p2", "o1", 3, 20.0)]
+    assert view(steps.run({"products": [{"k": "p1", "ts": 2, "price": 11.0}]})) == [
+        ("p1", "o2", 1, 11.0)]
+    assert view(steps.run({"products": [{"k": "p2", "ts": 3, "price": 21.0}]})) == [
+        ("p2", "o1", 3, 21.0)]

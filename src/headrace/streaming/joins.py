@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -58,6 +59,10 @@ from headrace.streaming.windows import with_spark_watermark
 
 _ONE_LONG = StructType([StructField("v", LongType())])
 _ONE_STRING = StructType([StructField("v", StringType())])
+# table_join's change marker on left rows: an upsert, or "moved away to another join key"
+_OP = "__op"
+_UPSERT = "U"
+_MOVED_AWAY = "D"
 
 
 def interval_join(left: DataFrame, right: DataFrame, *, on: list[str], left_time: str,
@@ -239,6 +244,11 @@ class _JoinProcessor(StatefulProcessor):
         touched: dict[str, dict[str, Any]] = {}
         for e in events:
             left = _row_dict(e["__left"])
+            op = left.pop(_OP, _UPSERT)
+            if op == _MOVED_AWAY:  # re-keyed to another join key: that key emits it
+                self.left.removeKey((str(left[pk]),))
+                touched.pop(str(left[pk]), None)
+                continue
             self.left.updateValue((str(left[pk]),), (_dumps(left),))
             touched[str(left[pk])] = left
         if changed_right:
@@ -246,6 +256,43 @@ class _JoinProcessor(StatefulProcessor):
         for left in touched.values():
             out.append(self._out(key, left, current))
         return out
+
+
+class _ForeignKeyTracker(StatefulProcessor):
+    """First stage of ``table_join``, grouped by the left table's primary key: remembers
+    each left row's join key and, when a micro-batch changes it, sends a ``moved away``
+    row to the old join key (which drops the left row from its state) before the upsert
+    to the new one. Within a batch the last row of a primary key wins."""
+
+    def __init__(self, on: tuple[str, ...]) -> None:
+        self.on = on
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.join_key = handle.getValueState("join_key", _ONE_STRING)
+
+    def handleInputRows(self, key: Any, rows: Iterator[Row],
+                        timerValues: TimerValues) -> Iterator[Row]:
+        tail = deque(rows, maxlen=1)  # the batch's last row is the current one
+        if not tail:
+            return iter(())
+        row = tail[0].asDict()
+        new_key = _dumps([row[c] for c in self.on])
+        out: list[Row] = []
+        if self.join_key.exists():
+            old_key = self.join_key.get()
+            assert old_key is not None
+            if old_key[0] != new_key:
+                moved = dict(row, **dict(zip(self.on, json.loads(old_key[0]), strict=True)))
+                out.append(Row(**moved, **{_OP: _MOVED_AWAY}))
+        self.join_key.update((new_key,))
+        out.append(Row(**row, **{_OP: _UPSERT}))
+        return iter(out)
+
+
+def _track_foreign_keys(left: DataFrame, on: list[str], left_key: str) -> DataFrame:
+    schema = StructType([*left.schema.fields, StructField(_OP, StringType())])
+    return left.groupBy(left_key).transformWithState(
+        _ForeignKeyTracker(tuple(on)), schema, "Append", "None")
 
 
 def _loads(value: tuple[Any, ...] | None) -> Any:
@@ -278,11 +325,13 @@ def _join(left: DataFrame, right: DataFrame, spec: _JoinSpec, left_time: str | N
             raise SpecError(f"join key {missing} is not in the {side} stream")
     union = _tagged(left, "L", key, left_time, right).unionByName(
         _tagged(right, "R", key, right_time, left))
+    # the left struct as the user sees it (without table_join's internal change marker)
+    left_schema = StructType([f for f in left.schema.fields if f.name != _OP])
     schema = StructType([left.schema[k] for k in key]
-                        + [StructField("left", StructType(list(left.schema.fields))),
+                        + [StructField("left", left_schema),
                            StructField("right", StructType(list(right.schema.fields)))]
                         + extra)
-    processor = _JoinProcessor(spec, (left.schema.json(), right.schema.json()))
+    processor = _JoinProcessor(spec, (left_schema.json(), right.schema.json()))
     if watermark is None:
         return union.groupBy(*key).transformWithState(processor, schema, "Append", "None")
     marked = union.withColumn("__wm", F.timestamp_millis(F.col("__t")))
@@ -316,7 +365,12 @@ def table_join(left: DataFrame, right: DataFrame, *, on: list[str],
                left_key: str) -> DataFrame:
     """A live view of ``left`` (e.g. orders, primary key ``left_key``) joined with ``right``
     (e.g. products, keyed by ``on``). Every change re-emits the view rows it affects; read
-    the output as upserts keyed by ``left_key``. ``left``'s ``on`` value must not change for
-    a given ``left_key`` (re-keying needs a delete on the old key first)."""
+    the output as upserts keyed by ``left_key``. A left row may change its ``on`` value
+    (an order moved to another product), as in a KTable-KTable foreign-key join: the old
+    join key forgets it (its later changes no longer re-emit that row) and the new one
+    emits it, so the upsert view holds the new join row only. Within one micro-batch the
+    last row of a ``left_key`` wins: produce ``left`` keyed by ``left_key`` so its changes
+    keep their order."""
     spec = _JoinSpec("table", tuple(on), tuple(left.columns), tuple(right.columns), left_key)
-    return _join(left, right, spec, None, None, None, [])
+    tracked = _track_foreign_keys(left, on, left_key)
+    return _join(tracked, right, spec, None, None, None, [])

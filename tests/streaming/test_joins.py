@@ -3,6 +3,7 @@ table-table updates, and interval joins (when outer rows come out)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +22,40 @@ def names(topic: str) -> dict[str, str]:
     return {"events": topic + "-ev", "table": topic + "-tb"}
 
 
+def stream_table_steps(spark: SparkSession, broker: EmbeddedBroker, topic: str, tmp_path: Path,
+                       build: Callable[[dict[str, DataFrame]], DataFrame]) -> StepRunner:
+    """Events ``(k, ts, n)`` and a price table ``(k, ts, price)``, joined by ``build``."""
+    return StepRunner(
+        spark, broker, names(topic),
+        {"events": "k string, ts long, n long", "table": "k string, ts long, price double"},
+        build, tmp_path / "cp")
+
+
+def temporal(watermark: str | int) -> Callable[[dict[str, DataFrame]], DataFrame]:
+    """The events joined with the price valid at their time."""
+    return lambda s: temporal_join(s["events"].select("k", "n", "event_time"),
+                                   s["table"].select("k", "price", "event_time"), on=["k"],
+                                   event_time="event_time", valid_from="event_time",
+                                   watermark=watermark)
+
+
+def orders_products_steps(spark: SparkSession, broker: EmbeddedBroker, topic: str,
+                          tmp_path: Path) -> StepRunner:
+    """Orders ``(k = product, order_id, qty)`` joined with products ``(k, price)``."""
+    return StepRunner(
+        spark, broker, {"orders": topic + "-o", "products": topic + "-p"},
+        {"orders": "k string, ts long, order_id string, qty long",
+         "products": "k string, ts long, price double"},
+        lambda s: table_join(s["orders"].select("k", "order_id", "qty"),
+                             s["products"].select("k", "price"), on=["k"], left_key="order_id"),
+        tmp_path / "cp")
+
+
 def test_latest_join(spark: SparkSession, broker: EmbeddedBroker, topic_name: str,
                      tmp_path: Path) -> None:
-    steps = StepRunner(
-        spark, broker, names(topic_name),
-        {"events": "k string, ts long, n long", "table": "k string, ts long, price double"},
+    steps = stream_table_steps(spark, broker, topic_name, tmp_path,
         lambda s: latest_join(s["events"].select("k", "n", "event_time"),
-                              s["table"].select("k", "price"), on=["k"]),
-        tmp_path / "cp")
+                              s["table"].select("k", "price"), on=["k"]))
     out = steps.run({"table": [{"k": "a", "ts": at(0), "price": 1.0}],
                      "events": [{"k": "a", "ts": at(1), "n": 1}]})
     assert [(r["k"], r["left"]["n"], r["right"]["price"]) for r in out] == [("a", 1, 1.0)]
@@ -40,14 +67,7 @@ def test_latest_join(spark: SparkSession, broker: EmbeddedBroker, topic_name: st
 
 def test_temporal_join_with_out_of_order_versions(spark: SparkSession, broker: EmbeddedBroker,
                                                   topic_name: str, tmp_path: Path) -> None:
-    steps = StepRunner(
-        spark, broker, names(topic_name),
-        {"events": "k string, ts long, n long", "table": "k string, ts long, price double"},
-        lambda s: temporal_join(s["events"].select("k", "n", "event_time"),
-                                s["table"].select("k", "price", "event_time"), on=["k"],
-                                event_time="event_time", valid_from="event_time",
-                                watermark="10 minutes"),
-        tmp_path / "cp")
+    steps = stream_table_steps(spark, broker, topic_name, tmp_path, temporal("10 minutes"))
     # Versions 10:00 and 10:20 arrive first; the event at 10:15 waits for the watermark.
     assert steps.run({"table": [{"k": "a", "ts": at(0), "price": 1.0},
                                 {"k": "a", "ts": at(20), "price": 3.0}],
@@ -65,13 +85,7 @@ def test_temporal_join_with_out_of_order_versions(spark: SparkSession, broker: E
 
 def test_table_table_join_updates_the_view(spark: SparkSession, broker: EmbeddedBroker,
                                            topic_name: str, tmp_path: Path) -> None:
-    steps = StepRunner(
-        spark, broker, {"orders": topic_name + "-o", "products": topic_name + "-p"},
-        {"orders": "k string, ts long, order_id string, qty long",
-         "products": "k string, ts long, price double"},
-        lambda s: table_join(s["orders"].select("k", "order_id", "qty"),
-                             s["products"].select("k", "price"), on=["k"], left_key="order_id"),
-        tmp_path / "cp")
+    steps = orders_products_steps(spark, broker, topic_name, tmp_path)
 
     def view(out: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
         return sorted((r["left"]["order_id"], r["left"]["qty"],
@@ -125,14 +139,7 @@ def test_temporal_join_state_stays_bounded_without_events(
         spark: SparkSession, broker: EmbeddedBroker, topic_name: str, tmp_path: Path) -> None:
     """A key with table updates and no events keeps only the versions the watermark can
     still reach."""
-    steps = StepRunner(
-        spark, broker, names(topic_name),
-        {"events": "k string, ts long, n long", "table": "k string, ts long, price double"},
-        lambda s: temporal_join(s["events"].select("k", "n", "event_time"),
-                                s["table"].select("k", "price", "event_time"), on=["k"],
-                                event_time="event_time", valid_from="event_time",
-                                watermark=0),
-        tmp_path / "cp")
+    steps = stream_table_steps(spark, broker, topic_name, tmp_path, temporal(0))
     sizes = []
     for step in range(5):
         steps.run({"table": [{"k": "a", "ts": at(step * 10 + i), "price": float(i)}
@@ -146,14 +153,7 @@ def test_temporal_join_late_events_after_eviction(spark: SparkSession, broker: E
     """Late events: the version valid at their time while it is held; once evicted, the
     oldest version held (``valid_from`` after the event says so); none before the key's
     first version."""
-    steps = StepRunner(
-        spark, broker, names(topic_name),
-        {"events": "k string, ts long, n long", "table": "k string, ts long, price double"},
-        lambda s: temporal_join(s["events"].select("k", "n", "event_time"),
-                                s["table"].select("k", "price", "event_time"), on=["k"],
-                                event_time="event_time", valid_from="event_time",
-                                watermark=0),
-        tmp_path / "cp")
+    steps = stream_table_steps(spark, broker, topic_name, tmp_path, temporal(0))
 
     def rows(out: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
         return sorted((r["left"]["n"], r["right"] and r["right"]["price"],
@@ -176,12 +176,9 @@ def test_latest_join_applies_a_batchs_updates_before_its_events(
         spark: SparkSession, broker: EmbeddedBroker, topic_name: str, tmp_path: Path) -> None:
     """The documented rule: an event sees a table update of the same micro-batch, even one
     produced after it."""
-    steps = StepRunner(
-        spark, broker, names(topic_name),
-        {"events": "k string, ts long, n long", "table": "k string, ts long, price double"},
+    steps = stream_table_steps(spark, broker, topic_name, tmp_path,
         lambda s: latest_join(s["events"].select("k", "n", "event_time"),
-                              s["table"].select("k", "price"), on=["k"]),
-        tmp_path / "cp")
+                              s["table"].select("k", "price"), on=["k"]))
     steps.run({"table": [{"k": "a", "ts": at(0), "price": 1.0}]})
     out = steps.run({"events": [{"k": "a", "ts": at(1), "n": 1}],
                      "table": [{"k": "a", "ts": at(2), "price": 2.0}]})
@@ -192,13 +189,7 @@ def test_table_join_follows_a_changed_foreign_key(spark: SparkSession, broker: E
                                                   topic_name: str, tmp_path: Path) -> None:
     """An order moved from product p1 to p2 joins p2; p1's later price change no longer
     re-emits it."""
-    steps = StepRunner(
-        spark, broker, {"orders": topic_name + "-o", "products": topic_name + "-p"},
-        {"orders": "k string, ts long, order_id string, qty long",
-         "products": "k string, ts long, price double"},
-        lambda s: table_join(s["orders"].select("k", "order_id", "qty"),
-                             s["products"].select("k", "price"), on=["k"], left_key="order_id"),
-        tmp_path / "cp")
+    steps = orders_products_steps(spark, broker, topic_name, tmp_path)
 
     def view(out: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
         return sorted((r["k"], r["left"]["order_id"], r["left"]["qty"],

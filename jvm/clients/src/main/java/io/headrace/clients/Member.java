@@ -27,6 +27,7 @@ final class Member implements Runnable, ConsumerRebalanceListener {
     private final List<Object> events = new ArrayList<>();
     private final List<Object> consumed = new ArrayList<>();
     private volatile Set<Integer> assignment = Set.of();
+    /** The generation (KIP-848: member epoch) and member id of the last assignment. */
     private volatile int generation = -1;
     private volatile String memberId = "";
     private volatile Throwable failure;
@@ -55,10 +56,8 @@ final class Member implements Runnable, ConsumerRebalanceListener {
                 try {
                     consumer.commitSync();
                 } catch (RebalanceInProgressException e) {
-                    continue; // the next poll completes the rebalance; revoked partitions commit then
+                    // the next poll completes the rebalance; revoked partitions commit then
                 }
-                generation = consumer.groupMetadata().generationId();
-                memberId = consumer.groupMetadata().memberId();
             }
         } catch (Throwable t) {
             failure = t;
@@ -79,6 +78,8 @@ final class Member implements Runnable, ConsumerRebalanceListener {
     @Override
     public void onPartitionsAssigned(Collection<TopicPartition> partitions) {
         event("assigned", partitions);
+        generation = consumer.groupMetadata().generationId();
+        memberId = consumer.groupMetadata().memberId();
         Set<Integer> now = new TreeSet<>();
         for (TopicPartition tp : consumer.assignment()) now.add(tp.partition());
         assignment = now;

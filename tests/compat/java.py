@@ -8,13 +8,12 @@ raises ``JvmUnavailableError`` (the tests fail with that message, they do not sk
 
 Two client versions: 4.4.0 (the driver's own build) and 3.9.2, the version Spark's Kafka
 connector uses, run by swapping the kafka-clients jar (``jvm/lib/spark-kafka``) under the
-same driver (it only calls APIs present in both; the Admin scenarios need 4.x).
+same driver (``headrace.jvm.clients_classpath``) (it only calls APIs present in both; the Admin scenarios need 4.x).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from dataclasses import dataclass
 from typing import Any
@@ -22,22 +21,8 @@ from typing import Any
 from headrace import jvm
 
 DRIVER = "io.headrace.clients.Main"
-CLIENT_VERSIONS = ("4.4.0", "3.9.2")
+BUILT_AGAINST = "4.4.0"  # jvm/pom.xml kafka.clients.version
 JVM_TIMEOUT = 120.0
-
-
-def classpath(version: str) -> str:
-    """The driver with kafka-clients ``version`` (4.4.0 is the one it was built against)."""
-    jars = jvm.jars("clients")
-    if version == "4.4.0":
-        return jvm.classpath("clients")
-    replacement = [j for j in jvm.jars("spark-kafka") if j.name == f"kafka-clients-{version}.jar"]
-    if not replacement:
-        raise jvm.JvmUnavailableError(
-            f"no kafka-clients-{version}.jar in {jvm.lib_dir() / 'spark-kafka'}: run `make setup`"
-        )
-    kept = [j for j in jars if not j.name.startswith("kafka-clients-")]
-    return os.pathsep.join(str(j) for j in [*kept, *replacement])
 
 
 @dataclass(frozen=True)
@@ -48,7 +33,7 @@ class JavaClient:
     broker: str
     bootstrap: str
     node_id: int
-    version: str = "4.4.0"
+    version: str = BUILT_AGAINST
 
     def run(self, scenario: str, topic: str) -> dict[str, Any]:
         """Run ``scenario`` in a fresh JVM; its JSON observations. Blocks (bounded)."""
@@ -58,7 +43,7 @@ class JavaClient:
             "-XX:TieredStopAtLevel=1",
             "-Xmx256m",
             "-cp",
-            classpath(self.version),
+            jvm.clients_classpath(None if self.version == BUILT_AGAINST else self.version),
             DRIVER,
             scenario,
             "--bootstrap",

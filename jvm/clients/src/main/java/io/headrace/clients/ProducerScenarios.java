@@ -5,6 +5,7 @@ import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.Future;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
@@ -55,7 +56,7 @@ final class ProducerScenarios {
                 List<Object> delivered = new ArrayList<>();
                 try (KafkaProducer<String, String> producer = Clients.producer(args.bootstrap(),
                         "compression.type", codec)) {
-                    List<java.util.concurrent.Future<RecordMetadata>> futures = new ArrayList<>();
+                    List<Future<RecordMetadata>> futures = new ArrayList<>();
                     List<Object> callbacks = new ArrayList<>();
                     for (int i = 0; i < RECORDS; i++) {
                         int index = i;
@@ -68,7 +69,7 @@ final class ProducerScenarios {
                         }));
                     }
                     producer.flush();
-                    for (java.util.concurrent.Future<RecordMetadata> f : futures) f.get();
+                    for (Future<RecordMetadata> f : futures) f.get(); // after get(), its callback has run
                     synchronized (callbacks) {
                         delivered.addAll(callbacks);
                     }

@@ -84,9 +84,9 @@ final class TransactionScenarios {
             }
             result.put("transformed", transformed);
 
-            Map<String, Object> groupOffsets = new java.util.TreeMap<>();
+            Map<String, Object> groupOffsets = new java.util.TreeMap<>(); // {partition of TOPIC-in: offset}
             admin.listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata().get()
-                    .forEach((tp, om) -> groupOffsets.put(tp.topic().equals(in) ? String.valueOf(tp.partition()) : tp.toString(), om.offset()));
+                    .forEach((tp, om) -> groupOffsets.put(String.valueOf(tp.partition()), om.offset()));
             result.put("group_committed", groupOffsets);
         }
         for (String isolation : List.of("read_committed", "read_uncommitted")) {

@@ -5,7 +5,9 @@ proxy on 127.0.0.2 (same port) in front of it, so every client connection, boots
 leader alike, passes through the proxy. The proxy reads each request's header
 (``api_key``, ``api_version``) and forwards bytes untouched. Each client then runs a small
 workload: admin create/describe topics and configs, produce (zstd), ListOffsets, consume
-with assign, delete. Prints a markdown table. Linux only (127.0.0.0/8 is all loopback).
+with assign, delete. The Java client (kafka-clients 4.4.0 and 3.9.2) runs the scenarios of
+``tests/compat/test_java_client.py`` (needs ``make setup``'s ``jvm/lib``). Prints a markdown
+table. Linux only (127.0.0.0/8 is all loopback).
 Run: ``.venv/bin/python scripts/client_api_versions.py``.
 """
 
@@ -44,6 +46,7 @@ from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import ConfigResourceType as KpConfigResourceType
 from kafka.protocol.api_key import ApiKey
 
+from headrace import jvm
 from headrace.testing import EmbeddedBroker
 
 PROXY_HOST = "127.0.0.2"
@@ -216,6 +219,46 @@ def kcat_workload(bootstrap: str) -> None:
     run("-Q", "-t", f"{topic}:0:0")
 
 
+# The Java client runs the scenario driver of tests/compat/test_java_client.py (jvm/clients);
+# group.protocol=consumer is left out (headrace serves the classic protocol only).
+JAVA_SCENARIOS = (
+    "produce",
+    "transactions",
+    "positions",
+    "commits",
+    "assignors",
+    "static-membership",
+    "admin",
+)
+
+
+def java_workload(kafka_clients_version: str | None) -> Callable[[str], None]:
+    """Every scenario with kafka-clients 4.4.0 (``None``), all but Admin with another."""
+    scenarios = JAVA_SCENARIOS if kafka_clients_version is None else JAVA_SCENARIOS[:-1]
+
+    def run(bootstrap: str) -> None:
+        cp = jvm.clients_classpath(kafka_clients_version)
+        for scenario in scenarios:
+            subprocess.run(
+                [
+                    jvm.java_executable(),
+                    "-cp",
+                    cp,
+                    "io.headrace.clients.Main",
+                    scenario,
+                    "--bootstrap",
+                    bootstrap,
+                    "--topic",
+                    _topic(),
+                ],
+                check=True,
+                capture_output=True,
+                timeout=120,
+            )
+
+    return run
+
+
 def _kcat_version() -> str:
     out = subprocess.run(["kcat", "-V"], capture_output=True, text=True, check=True).stdout
     line = next(x for x in out.splitlines() if x.startswith("Version "))
@@ -238,6 +281,8 @@ def main() -> None:
         "kafka-python": (kafka.__version__, kafka_python_workload),
         "aiokafka": (aiokafka.__version__, aiokafka_workload),
         "kcat": (_kcat_version(), kcat_workload),
+        "Java 4.4.0": ("kafka-clients 4.4.0", java_workload(None)),
+        "Java 3.9.2": ("kafka-clients 3.9.2 (no Admin scenario)", java_workload("3.9.2")),
     }
     with EmbeddedBroker(extra_args=["--advertised-host", PROXY_HOST]) as broker:
         proxy = RecordingProxy(broker.port)

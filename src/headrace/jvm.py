@@ -51,6 +51,22 @@ def classpath(component: Component) -> str:
     return os.pathsep.join(str(j) for j in jars(component))
 
 
+def clients_classpath(kafka_clients_version: str | None = None) -> str:
+    """A ``java -cp`` value for the Java client scenario driver (``clients``). With a
+    version, its kafka-clients jar is swapped for ``kafka-clients-<version>.jar`` found in
+    another component (3.9.2, the client Spark's connector uses, is in ``spark-kafka``);
+    ``JvmUnavailableError`` if no component has it."""
+    found = jars("clients")
+    if kafka_clients_version is None:
+        return classpath("clients")
+    wanted = f"kafka-clients-{kafka_clients_version}.jar"
+    replacement = sorted(lib_dir().glob(f"*/{wanted}"))
+    if not replacement:
+        raise JvmUnavailableError(f"no {wanted} under {lib_dir()}: run `make setup`")
+    kept = [j for j in found if not j.name.startswith("kafka-clients-")]
+    return os.pathsep.join(str(j) for j in [*kept, replacement[0]])
+
+
 def available(component: Component) -> bool:
     """True when ``component``'s jars and a ``java`` executable are both present."""
     try:

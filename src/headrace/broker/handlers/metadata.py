@@ -3,8 +3,11 @@
 One broker leads every partition (leader epoch 0, replicas = ISR = [this node]). Asking
 for an unknown topic auto-creates it when ``allow_auto_topic_creation`` (v4+, implied
 before) and the broker allows it; otherwise UNKNOWN_TOPIC_OR_PARTITION. A null topic list
-(v1+) means all topics. Not implemented: lookups by topic id (v12 null names),
-authorized operations (reported as "not requested").
+(v1+) means all topics. A topic with a non-zero topic id (v10+) is looked up by that id,
+its name ignored, as Kafka does (the Java Admin's ``describeTopics(TopicCollection.
+ofTopicIds(...))`` sends the id with an empty name): UNKNOWN_TOPIC_ID if no topic has it;
+ids are never auto-created. Not implemented: authorized operations
+(reported as "not requested").
 """
 
 from __future__ import annotations
@@ -41,6 +44,14 @@ def _topic_entry(ctx: RequestContext, topic: Topic) -> Any:
     )
 
 
+def _by_id(ctx: RequestContext, topic_id: uuid.UUID) -> Any:
+    for topic in ctx.state.logs.topics.values():
+        if topic.topic_id == topic_id:
+            return _topic_entry(ctx, topic)
+    return _Topic(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=topic_id,
+                  partitions=[])
+
+
 @handles(MetadataRequest, MetadataResponse, max_version=12)
 async def handle(ctx: RequestContext, request: Any) -> Any:
     state = ctx.state
@@ -52,6 +63,10 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         allow = ctx.api_version < 4 or bool(request.allow_auto_topic_creation)
         for t in requested:
             name = t.name
+            topic_id = getattr(t, "topic_id", None)  # v10+
+            if topic_id is not None and topic_id != _ZERO_UUID:
+                entries.append(_by_id(ctx, topic_id))
+                continue
             try:
                 entries.append(_topic_entry(ctx, state.topic_for_write(name, allow)))
             except StorageError as e:

@@ -1,0 +1,61 @@
+"""Runs the Java client scenario driver (``jvm/clients``, ``io.headrace.clients.Main``).
+
+Each run is one JVM: ``java -cp <jars> io.headrace.clients.Main SCENARIO --bootstrap B
+--topic T``; the scenario creates its topics from ``T``, runs a fixed workload with the plain
+kafka-clients API and prints one JSON document of what it observed, which is returned here.
+The jars come from ``make setup`` (``jvm/lib/clients``); without them ``headrace.jvm``
+raises ``JvmUnavailableError`` (the tests fail with that message, they do not skip).
+
+Two client versions: 4.4.0 (the driver's own build) and 3.9.2, the version Spark's Kafka
+connector uses, run by swapping the kafka-clients jar (``jvm/lib/spark-kafka``) under the
+same driver (``headrace.jvm.clients_classpath``) (it only calls APIs present in both; the Admin scenarios need 4.x).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass
+from typing import Any
+
+from headrace import jvm
+
+DRIVER = "io.headrace.clients.Main"
+BUILT_AGAINST = "4.4.0"  # jvm/pom.xml kafka.clients.version
+JVM_TIMEOUT = 120.0
+
+
+@dataclass(frozen=True)
+class JavaClient:
+    """The driver pointed at one broker. ``broker`` is ``headrace`` or ``kafka`` (Apache
+    Kafka, the reference), ``node_id`` that broker's node id."""
+
+    broker: str
+    bootstrap: str
+    node_id: int
+    version: str = BUILT_AGAINST
+
+    def run(self, scenario: str, topic: str) -> dict[str, Any]:
+        """Run ``scenario`` in a fresh JVM; its JSON observations. Blocks (bounded)."""
+        cmd = [
+            jvm.java_executable(),
+            "-Xshare:auto",
+            "-XX:TieredStopAtLevel=1",
+            "-Xmx256m",
+            "-cp",
+            jvm.clients_classpath(None if self.version == BUILT_AGAINST else self.version),
+            DRIVER,
+            scenario,
+            "--bootstrap",
+            self.bootstrap,
+            "--topic",
+            topic,
+        ]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=JVM_TIMEOUT)
+        if done.returncode != 0:
+            raise AssertionError(
+                f"java scenario {scenario} (kafka-clients {self.version}, {self.broker}) "
+                f"exited {done.returncode}:\n{done.stderr[-6000:]}"
+            )
+        result: dict[str, Any] = json.loads(done.stdout)
+        return result

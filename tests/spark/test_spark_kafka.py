@@ -259,7 +259,7 @@ def test_records_deleted_under_a_running_query(spark: SparkSession, any_broker: 
         got.clear()
         gate.set()
         if fail == "true":
-            with pytest.raises(Exception, match="KAFKA_DATA_LOSS|Some data may have been lost"):
+            with pytest.raises(Exception, match=r"KAFKA_DATA_LOSS|Some data may have been lost"):
                 q.processAllAvailable()
             return
         q.processAllAvailable()

@@ -11,6 +11,9 @@ back with a plain confluent-kafka consumer. Streaming queries run with ``availab
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -335,3 +338,43 @@ def test_stream_write_from_a_topic(spark: SparkSession, any_broker: Broker, topi
     assert as_read(read_all(bs, out)) == want_read(200)
     assert run() == []
     assert len(read_all(bs, out)) == 200
+
+
+# --- the session without the connector's jars ----------------------------------------
+
+WITHOUT_JARS = """
+import sys
+from headrace.spark.session import has_kafka_connector, kafka_connector_jars, local_session
+assert kafka_connector_jars() == []
+spark = local_session("no-connector")
+print("connector", has_kafka_connector(spark))
+df = (spark.read.format("headrace").option("kafka.bootstrap.servers", sys.argv[1])
+      .option("subscribe", sys.argv[2]).load())
+print("rows", df.count())
+try:
+    spark.read.format("kafka").option("kafka.bootstrap.servers", sys.argv[1]) \\
+        .option("subscribe", sys.argv[2]).load().count()
+except Exception as e:
+    print("kafka format fails", type(e).__name__)
+spark.stop()
+"""
+
+
+@pytest.mark.slow
+def test_session_without_the_jars_has_format_headrace_only(broker: EmbeddedBroker,
+                                                           topic_name: str,
+                                                           tmp_path: Path) -> None:
+    """``local_session`` with no ``jvm/lib/spark-kafka`` (HEADRACE_JVM_LIB pointing at an
+    empty folder): a session of its own (a subprocess) reads with ``format("headrace")``,
+    ``format("kafka")`` is simply not there, and nothing about jars is logged."""
+    create_topic(broker.bootstrap_servers, topic_name)
+    produce(broker.bootstrap_servers, topic_name, [(None, b"x")] * 5)
+    env = dict(os.environ, HEADRACE_JVM_LIB=str(tmp_path / "empty"),
+               PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    done = subprocess.run([sys.executable, "-c", WITHOUT_JARS, broker.bootstrap_servers,
+                           topic_name], capture_output=True, text=True, env=env, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == ["connector False", "rows 5",
+                                        "kafka format fails AnalysisException"], done.stdout
+    assert not [line for line in done.stderr.splitlines()
+                if "jar" in line.lower() or "spark-kafka" in line], done.stderr[-3000:]

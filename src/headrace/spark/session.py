@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
+from py4j.protocol import Py4JError
 from pyspark.sql import SparkSession
 
 from headrace import jvm
@@ -64,6 +65,6 @@ def has_kafka_connector(spark: SparkSession) -> bool:
     try:
         loader = jvm_view.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
         loader.loadClass("org.apache.spark.sql.kafka010.KafkaSourceProvider")
-    except Exception:  # py4j wraps the JVM's ClassNotFoundException
+    except Py4JError:  # Py4JJavaError wraps the JVM's ClassNotFoundException
         return False
     return True

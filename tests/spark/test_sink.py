@@ -3,6 +3,8 @@ protocol skipping a micro-batch Spark replays after a restart.
 
 At-least-once (``delivery=at-least-once``) is documented as such: a task that runs again
 writes its rows again. The kill -9 tests of exactly-once live in test_exactly_once_crash.py.
+Writes with both delivery modes and the replayed-batch protocol also run against Apache
+Kafka (``any_broker``).
 """
 
 from __future__ import annotations
@@ -14,13 +16,15 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from headrace.testing import EmbeddedBroker
+from headrace.testing import ApacheKafka, EmbeddedBroker
 from tests.spark.kafka_helpers import create_topic, forget_last_commit, produce, read_all
 
 pytestmark = pytest.mark.spark
 
+Broker = EmbeddedBroker | ApacheKafka
 
-def sink(df: DataFrame, broker: EmbeddedBroker, **options: str) -> None:
+
+def sink(df: DataFrame, broker: Broker, **options: str) -> None:
     writer = df.write.format("headrace").option("kafka.bootstrap.servers",
                                                 broker.bootstrap_servers)
     for k, v in options.items():
@@ -29,8 +33,9 @@ def sink(df: DataFrame, broker: EmbeddedBroker, **options: str) -> None:
 
 
 @pytest.mark.parametrize("delivery", ["exactly-once", "at-least-once"])
-def test_batch_write_keys_values_headers_partitions(spark: SparkSession, broker: EmbeddedBroker,
+def test_batch_write_keys_values_headers_partitions(spark: SparkSession, any_broker: Broker,
                                                     topic_name: str, delivery: str) -> None:
+    broker = any_broker
     create_topic(broker.bootstrap_servers, topic_name, 4)
     df = spark.createDataFrame(
         [(f"k{i}", f"value-{i}".encode(), i % 4, [("src", b"test"), ("i", str(i).encode())])
@@ -69,7 +74,7 @@ def test_bad_sink_input_fails_clearly(spark: SparkSession, broker: EmbeddedBroke
         sink(df, broker, **options)
 
 
-def _stream_copy(spark: SparkSession, broker: EmbeddedBroker, source_topic: str, out: str,
+def _stream_copy(spark: SparkSession, broker: Broker, source_topic: str, out: str,
                  checkpoint: Path, delivery: str = "exactly-once") -> None:
     q = (spark.readStream.format("headrace")
          .option("kafka.bootstrap.servers", broker.bootstrap_servers)
@@ -86,8 +91,9 @@ def _stream_copy(spark: SparkSession, broker: EmbeddedBroker, source_topic: str,
 
 @pytest.mark.parametrize(("delivery", "duplicates"), [("exactly-once", 0),
                                                      ("at-least-once", 40)])
-def test_replayed_micro_batch(spark: SparkSession, broker: EmbeddedBroker, topic_name: str,
+def test_replayed_micro_batch(spark: SparkSession, any_broker: Broker, topic_name: str,
                               tmp_path: Path, delivery: str, duplicates: int) -> None:
+    broker = any_broker
     src, out = topic_name + "-in", topic_name + "-out"
     create_topic(broker.bootstrap_servers, src, 2)
     create_topic(broker.bootstrap_servers, out, 3)

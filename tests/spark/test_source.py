@@ -1,5 +1,8 @@
 """format("headrace") as a source: exact row sets for every way to start and end, admission
-control, resuming from a checkpoint, new partitions, isolation levels and bad options."""
+control, resuming from a checkpoint, new partitions, isolation levels and bad options.
+
+The main read path (every record and column, read_committed, maxOffsetsPerTrigger) also
+runs against Apache Kafka (``any_broker``): the connector only speaks the Kafka protocol."""
 
 from __future__ import annotations
 
@@ -12,13 +15,15 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewPartitions
 from pyspark.sql import DataFrame, SparkSession
 
-from headrace.testing import EmbeddedBroker
+from headrace.testing import ApacheKafka, EmbeddedBroker
 from tests.spark.kafka_helpers import create_topic, produce
 
 pytestmark = pytest.mark.spark
 
+Broker = EmbeddedBroker | ApacheKafka
 
-def source(spark: SparkSession, broker: EmbeddedBroker, streaming: bool = False,
+
+def source(spark: SparkSession, broker: Broker, streaming: bool = False,
            **options: str) -> DataFrame:
     reader = (spark.readStream if streaming else spark.read).format("headrace") \
         .option("kafka.bootstrap.servers", broker.bootstrap_servers)
@@ -36,18 +41,30 @@ def expected(rows: list[tuple[Any, ...]], placed: list[tuple[int, int]],
     return {(p, o, r[0], r[1]) for r, (p, o) in zip(rows, placed, strict=True) if keep(p, o)}
 
 
-@pytest.fixture
-def three_partitions(broker: EmbeddedBroker, topic_name: str
-                     ) -> tuple[str, list[tuple[Any, ...]], list[tuple[int, int]]]:
+def fill_three(broker: Broker, topic_name: str
+               ) -> tuple[str, list[tuple[Any, ...]], list[tuple[int, int]]]:
     create_topic(broker.bootstrap_servers, topic_name, 3)
     rows = [(f"k{i}".encode(), f"v{i}".encode(), i % 3, 1_000_000 + i * 10) for i in range(300)]
     return topic_name, rows, produce(broker.bootstrap_servers, topic_name, rows)
 
 
+@pytest.fixture
+def three_partitions(broker: EmbeddedBroker, topic_name: str
+                     ) -> tuple[str, list[tuple[Any, ...]], list[tuple[int, int]]]:
+    return fill_three(broker, topic_name)
+
+
+@pytest.fixture
+def three_partitions_any(any_broker: Broker, topic_name: str
+                         ) -> tuple[str, list[tuple[Any, ...]], list[tuple[int, int]]]:
+    """``three_partitions`` on headrace, then on Apache Kafka."""
+    return fill_three(any_broker, topic_name)
+
+
 def test_batch_read_earliest_has_every_record_and_kafka_columns(
-        spark: SparkSession, broker: EmbeddedBroker, three_partitions: Any) -> None:
-    topic, rows, placed = three_partitions
-    df = source(spark, broker, subscribe=topic)
+        spark: SparkSession, any_broker: Broker, three_partitions_any: Any) -> None:
+    topic, rows, placed = three_partitions_any
+    df = source(spark, any_broker, subscribe=topic)
     assert df.columns == ["key", "value", "topic", "partition", "offset", "timestamp",
                           "timestampType"]
     assert rows_of(df) == expected(rows, placed)
@@ -104,8 +121,9 @@ def test_headers_column(spark: SparkSession, broker: EmbeddedBroker, topic_name:
     assert [(h.key, h.value) for h in row.headers] == [("a", b"1"), ("b", None), ("a", b"2")]
 
 
-def test_read_committed_hides_aborted_records(spark: SparkSession, broker: EmbeddedBroker,
+def test_read_committed_hides_aborted_records(spark: SparkSession, any_broker: Broker,
                                               topic_name: str) -> None:
+    broker = any_broker
     create_topic(broker.bootstrap_servers, topic_name)
     p = Producer({"bootstrap.servers": broker.bootstrap_servers,
                   "transactional.id": f"t-{topic_name}"})
@@ -151,10 +169,11 @@ def test_stream_latest_then_resume_from_checkpoint(spark: SparkSession, broker: 
     assert len(got) == 30  # nothing read twice
 
 
-def test_max_offsets_per_trigger_bounds_every_batch(spark: SparkSession, broker: EmbeddedBroker,
-                                                    three_partitions: Any,
+def test_max_offsets_per_trigger_bounds_every_batch(spark: SparkSession, any_broker: Broker,
+                                                    three_partitions_any: Any,
                                                     tmp_path: Path) -> None:
-    topic, rows, placed = three_partitions
+    topic, rows, placed = three_partitions_any
+    broker = any_broker
     got: list[Any] = []
     stream = source(spark, broker, streaming=True, subscribe=topic, startingOffsets="earliest",
                     maxOffsetsPerTrigger="70")

@@ -19,6 +19,31 @@ Columns: key, value, topic, partition, offset, timestamp, timestampType[, header
 Sink options: ``kafka.bootstrap.servers``, ``topic`` (or a topic column), ``delivery``
 (``exactly-once`` by default, or ``at-least-once``), ``kafka.*``. Columns: value
 (required), key, topic, partition, headers.
+
+Which connector: ours or Spark's ``format("kafka")``
+----------------------------------------------------
+
+``headrace.spark.session.local_session`` also puts Spark's own Kafka connector on the
+classpath (spark-sql-kafka-0-10 4.2.0 with kafka-clients 3.9.2, from ``jvm/lib/spark-kafka``
+after ``make setup``; on a cluster pass the same jars with ``spark.jars`` or
+``--packages``). Both connectors speak only the Kafka protocol, so both work against
+headrace and against a Kafka cluster, with the same options and columns:
+
+- ``format("headrace")`` for what Spark's connector lacks: the **exactly-once sink** (Spark's
+  Kafka sink is at-least-once: a retried task or replayed micro-batch writes again),
+  ``read_events`` with **dead letters**, and the ``headrace.streaming`` event-time toolkit
+  built on it. It also reads read_committed by default, where Spark reads read_uncommitted.
+- ``format("kafka")`` where a pipeline already uses it, and for plain reads where raw speed
+  matters: it runs in the JVM, with no Python worker between the consumer and Spark; and
+  for Spark's Real-Time Mode, which admits only JVM sources and sinks (tested: 4.2.0 on
+  PySpark 4.3.0, against headrace and Kafka). A pipeline can mix them
+  (read with ``format("kafka")``, write exactly-once with ``format("headrace")``).
+
+Differences to know when moving code between them: Spark's connector returns ``null``
+(not ``[]``) as ``headers`` of a record without headers, splits ``maxOffsetsPerTrigger``
+over partitions rounding down (70 over three equally lagging partitions reads 69; ours
+hands out the remainder and reads 70), and takes the isolation level only as
+``kafka.isolation.level`` (ours takes that or ``isolation.level``).
 """
 
 from __future__ import annotations

@@ -5,29 +5,66 @@ from __future__ import annotations
 import os
 import sys
 
+from py4j.protocol import Py4JError
 from pyspark.sql import SparkSession
+
+from headrace import jvm
+
+
+def kafka_connector_jars() -> list[str]:
+    """The jars of Spark's own Kafka connector (``format("kafka")``: spark-sql-kafka-0-10
+    4.2.0, its token provider, kafka-clients 3.9.2, commons-pool2) as ``make setup`` put them
+    in ``jvm/lib/spark-kafka``; an empty list when they were not built (then only
+    ``format("headrace")`` is available). Cheap, no JVM."""
+    try:
+        return [str(j) for j in jvm.jars("spark-kafka")]
+    except jvm.JvmUnavailableError:
+        return []
 
 
 def local_session(app_name: str = "headrace", master: str = "local[2]",
-                  shuffle_partitions: int = 2) -> SparkSession:
+                  shuffle_partitions: int = 2, kafka_connector: bool = True) -> SparkSession:
     """Get or create a session on ``master`` with ``format("headrace")`` registered and the
     event-time toolkit's settings (RocksDB state store, UTC). Python workers use this
     interpreter (PySpark's workers time out when it is not the venv's). Blocks ~7 s the
-    first time (JVM start)."""
+    first time (JVM start).
+
+    With ``kafka_connector`` (the default) and the jars of ``kafka_connector_jars()``
+    present, Spark's own ``format("kafka")`` is on the classpath too (``spark.jars``: the
+    driver and every executor get them); without the jars the session silently has
+    ``format("headrace")`` only. Settings of a session that already exists are not changed.
+    """
     from headrace.spark import register
     from headrace.streaming import configure
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    spark = (SparkSession.builder.master(master).appName(app_name)
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-             .config("spark.sql.streaming.stopTimeout", "20s")
-             .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
-             .config("spark.driver.memory", "2g")
-             .getOrCreate())
+    builder = (SparkSession.builder.master(master).appName(app_name)
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+               .config("spark.sql.streaming.stopTimeout", "20s")
+               .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
+               .config("spark.driver.memory", "2g"))
+    connector = kafka_connector_jars() if kafka_connector else []
+    if connector:
+        builder = builder.config("spark.jars", ",".join(connector))
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     configure(spark)
     return spark
+
+
+def has_kafka_connector(spark: SparkSession) -> bool:
+    """True when ``format("kafka")`` can be loaded in ``spark`` (its provider class is on
+    the driver's classpath). Starts nothing; cheap."""
+    jvm_view = spark.sparkContext._jvm
+    if jvm_view is None:
+        return False
+    try:
+        loader = jvm_view.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
+        loader.loadClass("org.apache.spark.sql.kafka010.KafkaSourceProvider")
+    except Py4JError:  # Py4JJavaError wraps the JVM's ClassNotFoundException
+        return False
+    return True

@@ -12,6 +12,9 @@ start a local cluster, so one session serves every broker under test):
 - ``{"name": N, "kind": "batch_read", "bootstrap": B, "topic": T}``: reads ``T`` with
   ``spark.read.format("headrace")``; the result has every row as
   ``[partition, offset, key hex, value hex]`` and the executor JVMs that read them;
+- ``{"name": N, "kind": "batch_read", "format": "kafka", ...}``: the same read with
+  Spark's own ``format("kafka")`` connector (its jars reach the executors through
+  ``spark.jars``);
 - ``{"name": N, "kind": "stream_copy", "bootstrap": B, "topic": T, "output": O,
   "delivery": D, "checkpoint": C}``: a streaming query ``T`` -> ``O`` (values upper-cased)
   through the sink with ``delivery`` D, ``Trigger.AvailableNow``, at most
@@ -56,7 +59,7 @@ def executor_jvm(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
 
 
 def batch_read(spark: SparkSession, job: dict[str, Any]) -> dict[str, Any]:
-    df = (spark.read.format("headrace")
+    df = (spark.read.format(job.get("format", "headrace"))
           .option("kafka.bootstrap.servers", job["bootstrap"])
           .option("subscribe", job["topic"])
           .option("kafkaConsumer.pollTimeoutMs", POLL_TIMEOUT_MS)
@@ -106,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     plan: list[dict[str, Any]] = json.loads(args.plan.read_text())
 
     t0 = time.monotonic()
-    spark = build_session(args.master, "headrace-scaleout")
+    spark = build_session(args.master, "headrace-scaleout", kafka_connector=True)
     results: dict[str, Any] = {"_session": {"ok": True, "seconds": time.monotonic() - t0,
                                             "master": spark.sparkContext.master,
                                             "driver_jvm": _driver_jvm(spark)}}

@@ -9,7 +9,6 @@ headrace choices) the expectation says so. Topics are fresh per test (``topic_na
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,19 +20,6 @@ from tests.compat.wire import assert_idempotent_batches, assert_stored_codec
 
 BASE = 1_700_000_000_000  # Clients.BASE_TIMESTAMP
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
-KIP848_HEARTBEAT = {
-    "group.consumer.min.heartbeat.interval.ms": "500",
-    "group.consumer.heartbeat.interval.ms": "500",
-}
-
-
-@pytest.fixture(scope="session")
-def apache_kafka() -> Iterator[ApacheKafka]:
-    """The reference broker (about 5 s to start); KIP-848 heartbeats every 500 ms, not 5 s."""
-    with ApacheKafka(KIP848_HEARTBEAT) as k:
-        yield k
-
-
 @pytest.fixture
 def java(request: pytest.FixtureRequest) -> JavaClient:
     """The driver against ``headrace`` or ``kafka``, optionally ``@3.9.2`` (the client

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -138,6 +139,10 @@ class BrokerState:
     @property
     def advertised_host(self) -> str:
         return self.config.advertised_host or self.config.host
+
+    def topics_by_id(self) -> dict[uuid.UUID, str]:
+        """Topic id -> name of every live topic (built per call: topics come and go)."""
+        return {t.topic_id: t.name for t in self.logs.topics.values()}
 
     def topic_for_write(self, name: str, allow_auto_create: bool = True) -> Topic:
         """The topic, auto-created (``auto.create.topics.enable``) when missing and allowed.

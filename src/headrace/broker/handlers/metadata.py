@@ -1,10 +1,11 @@
-"""Metadata (key 3), versions 0-12.
+"""Metadata (key 3), versions 0-13.
 
 One broker leads every partition (leader epoch 0, replicas = ISR = [this node]). Asking
 for an unknown topic auto-creates it when ``allow_auto_topic_creation`` (v4+, implied
 before) and the broker allows it; otherwise UNKNOWN_TOPIC_OR_PARTITION. A null topic list
-(v1+) means all topics. Not implemented: lookups by topic id (v12 null names),
-authorized operations (reported as "not requested").
+(v1+) means all topics. v10+ may name a topic by id (null name): an unknown id answers
+UNKNOWN_TOPIC_ID, never auto-creates. Not implemented: authorized operations (reported as
+"not requested").
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def _topic_entry(ctx: RequestContext, topic: Topic) -> Any:
     )
 
 
-@handles(MetadataRequest, MetadataResponse, max_version=12)
+@handles(MetadataRequest, MetadataResponse, max_version=13)
 async def handle(ctx: RequestContext, request: Any) -> Any:
     state = ctx.state
     requested = request.topics
@@ -50,8 +51,17 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         entries = [_topic_entry(ctx, t) for t in state.logs.topics.values()]
     else:
         allow = ctx.api_version < 4 or bool(request.allow_auto_topic_creation)
+        by_id = state.topics_by_id() if ctx.api_version >= 10 else {}
         for t in requested:
             name = t.name
+            if name is None and ctx.api_version >= 10:
+                found = by_id.get(t.topic_id)
+                if found is None:
+                    entries.append(_Topic(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None,
+                                          topic_id=t.topic_id, partitions=[]))
+                    continue
+                entries.append(_topic_entry(ctx, state.logs.get_topic(found)))
+                continue
             try:
                 entries.append(_topic_entry(ctx, state.topic_for_write(name, allow)))
             except StorageError as e:
@@ -68,4 +78,5 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         cluster_id=state.logs.cluster_id,
         controller_id=cfg.node_id,
         topics=entries,
+        error_code=0,
     )

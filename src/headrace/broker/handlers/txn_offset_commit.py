@@ -39,7 +39,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     if offsets:
         state.offsets.commit_transactional(request.group_id, request.producer_id,
                                            request.producer_epoch, offsets)
-        state.groups.get_or_create(request.group_id)
+        state.remember_group(request.group_id)
     return TxnOffsetCommitResponse(throttle_time_ms=0, topics=[
         _Topic(name=t.name, partitions=[
             _Partition(partition_index=p.partition_index,

@@ -7,9 +7,9 @@ so these classes encode and decode exactly like the codec's generated ones.
 
 from __future__ import annotations
 
-from kafka.protocol.api_message import ApiMessage
-
 from typing import Any
+
+from kafka.protocol.api_message import ApiMessage
 
 
 def _message(name: str) -> Any:

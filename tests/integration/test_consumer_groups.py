@@ -1,0 +1,337 @@
+"""KIP-848 consumer groups (``group.protocol=consumer``) with librdkafka, against the real
+broker process.
+
+Each member polls in its own thread and journals its assignment callbacks with one
+monotonic clock; the checks read the journals. The broker tells members to heartbeat every
+200 ms so reconciliation takes a few heartbeats, and expires sessions after 4 s. Waits poll
+a condition against a deadline; nothing sleeps for correctness.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupState,
+    ConsumerGroupType,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+from headrace.testing import EmbeddedBroker
+
+SESSION_MS = 4000
+HEARTBEAT_MS = 200
+
+
+def wait_until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def kbroker() -> Iterator[EmbeddedBroker]:
+    with EmbeddedBroker(extra_args=[
+            "--group-consumer-session-timeout-ms", str(SESSION_MS),
+            "--group-consumer-heartbeat-interval-ms", str(HEARTBEAT_MS)]) as b:
+        yield b
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(timeout=10)
+
+
+def produce(bootstrap: str, topic: str, partitions: int, per_partition: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for p in range(partitions):
+        for i in range(per_partition):
+            producer.produce(topic, value=f"{p}-{i}".encode(), partition=p)
+    assert producer.flush(10) == 0
+
+
+class Member:
+    """A ``group.protocol=consumer`` consumer polling in a thread; it journals
+    (time, "assign"/"revoke", partitions) from its callbacks and counts records."""
+
+    journal_lock = threading.Lock()
+
+    def __init__(self, bootstrap: str, group: str, topics: list[str],
+                 journal: list[tuple[float, str, str, frozenset[tuple[str, int]]]],
+                 name: str, **conf: Any) -> None:
+        self.name = name
+        self.journal = journal
+        self.owned: set[tuple[str, int]] = set()
+        self.records: list[tuple[str, int, int]] = []
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                                  "group.protocol": "consumer", "auto.offset.reset": "earliest",
+                                  "enable.auto.commit": False, **conf})
+        self.consumer.subscribe(topics, on_assign=self._on_assign, on_revoke=self._on_revoke,
+                                on_lost=self._on_revoke)
+        self._stop = threading.Event()
+        self.errors: list[str] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _log(self, what: str, partitions: list[TopicPartition]) -> None:
+        tps = frozenset((tp.topic, tp.partition) for tp in partitions)
+        with self.journal_lock:
+            self.journal.append((time.monotonic(), self.name, what, tps))
+        if what == "assign":
+            self.owned |= tps
+        else:
+            self.owned -= tps
+
+    def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        self._log("assign", partitions)
+
+    def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        self._log("revoke", partitions)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            msg = self.consumer.poll(0.1)
+            if msg is None:
+                continue
+            if msg.error():
+                self.errors.append(str(msg.error()))
+                continue
+            self.records.append((msg.topic(), msg.partition(), msg.offset()))
+
+    def stop(self, close: bool = True) -> None:
+        self._stop.set()
+        self.thread.join(10)
+        if close:
+            self.consumer.close()
+
+
+def check_never_owned_twice(
+        journal: list[tuple[float, str, str, frozenset[tuple[str, int]]]]) -> None:
+    """Replaying the journal in time order, no partition is assigned to a member while
+    another still holds it."""
+    owner: dict[tuple[str, int], str] = {}
+    for _, name, what, tps in sorted(journal, key=lambda e: e[0]):
+        for tp in tps:
+            if what == "assign":
+                assert owner.get(tp) in (None, name), f"{tp} owned by {owner[tp]} and {name}"
+                owner[tp] = name
+            elif owner.get(tp) == name:
+                del owner[tp]
+
+
+@pytest.fixture
+def members() -> Iterator[list[Member]]:
+    started: list[Member] = []
+    yield started
+    for m in started:
+        if m.thread.is_alive():
+            m.stop()
+
+
+def test_join_consume_commit(kbroker: EmbeddedBroker, topic_name: str,
+                             members: list[Member]) -> None:
+    bs = kbroker.bootstrap_servers
+    create_topic(bs, topic_name, 4)
+    produce(bs, topic_name, 4, 5)
+    journal: list[Any] = []
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    a = Member(bs, group, [topic_name], journal, "a")
+    members.append(a)
+    wait_until(lambda: len(a.records) == 20, 30, "20 records")
+    assert a.owned == {(topic_name, p) for p in range(4)}
+    assert sorted(a.records) == [(topic_name, p, o) for p in range(4) for o in range(5)]
+    a.stop(close=False)
+    a.consumer.commit(asynchronous=False)
+    committed = a.consumer.committed([TopicPartition(topic_name, p) for p in range(4)], timeout=10)
+    assert [tp.offset for tp in committed] == [5, 5, 5, 5]
+    a.consumer.close()
+
+
+def test_second_member_takes_half_never_owned_twice(kbroker: EmbeddedBroker, topic_name: str,
+                                                    members: list[Member]) -> None:
+    bs = kbroker.bootstrap_servers
+    create_topic(bs, topic_name, 4)
+    journal: list[Any] = []
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    a = Member(bs, group, [topic_name], journal, "a")
+    members.append(a)
+    wait_until(lambda: len(a.owned) == 4, 30, "a owns all four partitions")
+    b = Member(bs, group, [topic_name], journal, "b")
+    members.append(b)
+    wait_until(lambda: len(a.owned) == 2 and len(b.owned) == 2, 30, "two partitions each")
+    assert a.owned | b.owned == {(topic_name, p) for p in range(4)}
+    check_never_owned_twice(journal)
+    # b leaves cleanly: a gets everything back.
+    b.stop()
+    wait_until(lambda: len(a.owned) == 4, 30, "a owns all four again")
+    check_never_owned_twice(journal)
+
+
+_CRASHER = """
+import sys, time
+from confluent_kafka import Consumer
+c = Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2],
+              "group.protocol": "consumer"})
+c.subscribe([sys.argv[3]], on_assign=lambda c, ps: print("assigned", len(ps), flush=True))
+while True:
+    c.poll(0.1)
+"""
+
+
+def test_crashed_member_is_fenced_and_its_partitions_move(
+        kbroker: EmbeddedBroker, topic_name: str, members: list[Member]) -> None:
+    bs = kbroker.bootstrap_servers
+    create_topic(bs, topic_name, 4)
+    journal: list[Any] = []
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    a = Member(bs, group, [topic_name], journal, "a")
+    members.append(a)
+    wait_until(lambda: len(a.owned) == 4, 30, "a owns all four partitions")
+    crasher = subprocess.Popen([sys.executable, "-c", _CRASHER, bs, group, topic_name],
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: len(a.owned) == 2, 30, "a gives two partitions to the newcomer")
+        admin = AdminClient({"bootstrap.servers": bs})
+        desc = admin.describe_consumer_groups([group])[group].result(timeout=10)
+        assert len(desc.members) == 2
+    finally:
+        crasher.kill()
+        crasher.wait(10)
+    killed_at = time.monotonic()
+    wait_until(lambda: len(a.owned) == 4, SESSION_MS / 1000 + 20, "a owns all four again")
+    # Not before the session timeout: the broker only fences on expiry.
+    assert time.monotonic() - killed_at >= SESSION_MS / 1000 - 1.0
+    check_never_owned_twice(journal)
+
+
+def test_static_member_gets_its_partitions_back(kbroker: EmbeddedBroker, topic_name: str,
+                                                members: list[Member]) -> None:
+    bs = kbroker.bootstrap_servers
+    create_topic(bs, topic_name, 4)
+    journal: list[Any] = []
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    a = Member(bs, group, [topic_name], journal, "a", **{"group.instance.id": "static-a"})
+    members.append(a)
+    wait_until(lambda: len(a.owned) == 4, 30, "a owns all four partitions")
+    b = Member(bs, group, [topic_name], journal, "b")
+    members.append(b)
+    wait_until(lambda: len(a.owned) == 2 and len(b.owned) == 2, 30, "two partitions each")
+    a_had = set(a.owned)
+    b_events = sum(1 for e in journal if e[1] == "b")
+    a.stop()  # a static member's close leaves with epoch -2: its partitions wait for it
+    a2 = Member(bs, group, [topic_name], journal, "a2", **{"group.instance.id": "static-a"})
+    members.append(a2)
+    wait_until(lambda: a2.owned == a_had, 30, "the static member's partitions come back")
+    assert sum(1 for e in journal if e[1] == "b") == b_events  # b never rebalanced
+    check_never_owned_twice(journal)
+
+
+def test_regex_subscription_and_new_partitions(kbroker: EmbeddedBroker, topic_name: str,
+                                               members: list[Member]) -> None:
+    bs = kbroker.bootstrap_servers
+    prefix = topic_name[:40]
+    create_topic(bs, f"{prefix}-x", 1)
+    create_topic(bs, f"{prefix}-y", 2)
+    journal: list[Any] = []
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    a = Member(bs, group, [f"^{prefix}-.*"], journal, "a")
+    members.append(a)
+    wait_until(lambda: len(a.owned) == 3, 30, "both matching topics")
+    create_topic(bs, f"{prefix}-z", 1)
+    wait_until(lambda: (f"{prefix}-z", 0) in a.owned, 30, "a topic created later")
+    admin = AdminClient({"bootstrap.servers": bs})
+    admin.create_partitions([NewPartitions(f"{prefix}-x", 3)])[f"{prefix}-x"].result(timeout=10)
+    wait_until(lambda: {(f"{prefix}-x", p) for p in range(3)} <= a.owned, 30,
+               "the added partitions")
+
+
+def test_range_assignor_chosen_by_the_client(kbroker: EmbeddedBroker, topic_name: str,
+                                             members: list[Member]) -> None:
+    bs = kbroker.bootstrap_servers
+    create_topic(bs, topic_name, 4)
+    journal: list[Any] = []
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    conf = {"group.remote.assignor": "range"}
+    a = Member(bs, group, [topic_name], journal, "a", **conf)
+    members.append(a)
+    wait_until(lambda: len(a.owned) == 4, 30, "a owns all four partitions")
+    b = Member(bs, group, [topic_name], journal, "b", **conf)
+    members.append(b)
+    wait_until(lambda: len(a.owned) == 2 and len(b.owned) == 2, 30, "two partitions each")
+    admin = AdminClient({"bootstrap.servers": bs})
+    desc = admin.describe_consumer_groups([group])[group].result(timeout=10)
+    ranges = sorted(sorted(tp.partition for tp in m.assignment.topic_partitions)
+                    for m in desc.members)
+    assert ranges == [[0, 1], [2, 3]]
+    check_never_owned_twice(journal)
+
+
+def test_admin_describe_list_delete(kbroker: EmbeddedBroker, topic_name: str,
+                                    members: list[Member]) -> None:
+    bs = kbroker.bootstrap_servers
+    create_topic(bs, topic_name, 2)
+    journal: list[Any] = []
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    a = Member(bs, group, [topic_name], journal, "a", **{"client.id": "describe-me"})
+    members.append(a)
+    wait_until(lambda: len(a.owned) == 2, 30, "a owns both partitions")
+    admin = AdminClient({"bootstrap.servers": bs})
+    desc = admin.describe_consumer_groups([group])[group].result(timeout=10)
+    assert desc.type == ConsumerGroupType.CONSUMER
+    assert desc.state == ConsumerGroupState.STABLE
+    assert desc.partition_assignor == "uniform"
+    (member,) = desc.members
+    assert member.client_id == "describe-me"
+    assert sorted(tp.partition for tp in member.assignment.topic_partitions) == [0, 1]
+
+    listed = admin.list_consumer_groups(types={ConsumerGroupType.CONSUMER}).result(timeout=10)
+    assert group in {g.group_id for g in listed.valid}
+    classic = admin.list_consumer_groups(types={ConsumerGroupType.CLASSIC}).result(timeout=10)
+    assert group not in {g.group_id for g in classic.valid}
+
+    with pytest.raises(KafkaException) as e:
+        admin.delete_consumer_groups([group])[group].result(timeout=10)
+    assert "NON_EMPTY_GROUP" in str(e.value)
+    a.stop()
+    wait_until(lambda: admin.describe_consumer_groups([group])[group].result(timeout=10).state
+               == ConsumerGroupState.EMPTY, 10, "the group to be empty")
+    admin.delete_consumer_groups([group])[group].result(timeout=10)
+    listed = admin.list_consumer_groups().result(timeout=10)
+    assert group not in {g.group_id for g in listed.valid}
+
+
+def test_classic_and_consumer_groups_conflict(kbroker: EmbeddedBroker, topic_name: str,
+                                              members: list[Member]) -> None:
+    bs = kbroker.bootstrap_servers
+    create_topic(bs, topic_name, 1)
+    journal: list[Any] = []
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    a = Member(bs, group, [topic_name], journal, "a")
+    members.append(a)
+    wait_until(lambda: len(a.owned) == 1, 30, "a owns the partition")
+    classic = Consumer({"bootstrap.servers": bs, "group.id": group,
+                        "group.protocol": "classic"})
+    try:
+        classic.subscribe([topic_name])
+        msg = wait_until(lambda: classic.poll(0.2), 30, "an error for the classic member")
+        assert msg.error() is not None
+        assert "INCONSISTENT_GROUP_PROTOCOL" in msg.error().name() or \
+            "Inconsistent" in str(msg.error())
+    finally:
+        classic.close()

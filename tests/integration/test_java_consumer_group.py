@@ -1,0 +1,67 @@
+"""The Java Kafka 4.4 consumer with ``group.protocol=consumer`` (KIP-848) against the real
+broker: it joins through ConsumerGroupHeartbeat, resolves its assignment's topic ids,
+fetches by topic id (Fetch v13+), commits with its member epoch (OffsetCommit v9) and
+leaves. The program (tests/integration/java/Kip848Consumer.java) is compiled with
+``javac`` into a temporary directory against the client jars."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from headrace.testing import EmbeddedBroker
+
+SOURCE = Path(__file__).parent / "java" / "Kip848Consumer.java"
+CLIENT_JARS = Path("/work/main/jvm/lib/clients")
+
+
+def _client_classpath() -> str:
+    import os
+    lib = Path(os.environ.get("HEADRACE_JVM_LIB", CLIENT_JARS.parent))
+    jars = lib / "clients"
+    if shutil.which("javac") is None or not any(jars.glob("kafka-clients-*.jar")):
+        pytest.skip("javac or the Java Kafka client jars are missing")
+    return f"{jars}/*"
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory: pytest.TempPathFactory) -> str:
+    classpath = _client_classpath()
+    out = tmp_path_factory.mktemp("java")
+    subprocess.run(["javac", "-d", str(out), "-cp", classpath, str(SOURCE)], check=True,
+                   capture_output=True, timeout=120)
+    return f"{out}:{classpath}"
+
+
+def test_java_consumer_with_consumer_protocol(compiled: str, broker: EmbeddedBroker,
+                                              topic_name: str) -> None:
+    bs = broker.bootstrap_servers
+    admin = AdminClient({"bootstrap.servers": bs})
+    admin.create_topics([NewTopic(topic_name, 3, 1)])[topic_name].result(timeout=10)
+    producer = Producer({"bootstrap.servers": bs})
+    for i in range(30):
+        producer.produce(topic_name, value=f"v{i}".encode(), partition=i % 3)
+    assert producer.flush(10) == 0
+    group = f"java-{uuid.uuid4().hex[:8]}"
+    run = subprocess.run(["java", "-cp", compiled, "Kip848Consumer", bs, group, topic_name,
+                          "30"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = run.stdout.splitlines()
+    assert "committed" in lines, run.stdout[-2000:] + run.stderr[-3000:]
+    records = sorted((int(p), int(o), v) for _, p, o, v in
+                     (line.split(" ") for line in lines if line.startswith("record ")))
+    assert records == sorted((i % 3, i // 3, f"v{i}") for i in range(30))
+    assert "assigned [0, 1, 2]" in lines
+    check = Consumer({"bootstrap.servers": bs, "group.id": group})
+    try:
+        committed = check.committed([TopicPartition(topic_name, p) for p in range(3)],
+                                    timeout=10)
+        assert [tp.offset for tp in committed] == [10, 10, 10]
+    finally:
+        check.close()

@@ -335,3 +335,34 @@ def test_classic_and_consumer_groups_conflict(kbroker: EmbeddedBroker, topic_nam
             "Inconsistent" in str(msg.error())
     finally:
         classic.close()
+
+
+def test_members_rejoin_after_a_broker_restart(tmp_path: Any, topic_name: str,
+                                               members: list[Member]) -> None:
+    """Group state is in memory: after a restart the member is told UNKNOWN_MEMBER_ID,
+    rejoins, and resumes from its committed offsets."""
+    with EmbeddedBroker(data_dir=tmp_path / "data", extra_args=[
+            "--group-consumer-session-timeout-ms", str(SESSION_MS),
+            "--group-consumer-heartbeat-interval-ms", str(HEARTBEAT_MS)]) as b:
+        bs = b.bootstrap_servers
+        create_topic(bs, topic_name, 2)
+        produce(bs, topic_name, 2, 3)
+        journal: list[Any] = []
+        group = f"g-{uuid.uuid4().hex[:8]}"
+        a = Member(bs, group, [topic_name], journal, "a",
+                   **{"enable.auto.commit": True, "auto.commit.interval.ms": 100})
+        members.append(a)
+        wait_until(lambda: len(a.records) == 6, 30, "six records")
+        checker = Consumer({"bootstrap.servers": bs, "group.id": group})
+        try:
+            wait_until(lambda: all(tp.offset == 3 for tp in checker.committed(
+                [TopicPartition(topic_name, p) for p in range(2)], timeout=10)), 10,
+                "the auto-commit of both partitions")
+        finally:
+            checker.close()
+        b.restart()
+        produce(bs, topic_name, 2, 2)
+        wait_until(lambda: len(a.records) == 10, 60, "the records produced after the restart")
+        assert sorted(a.records) == sorted(
+            [(topic_name, p, o) for p in range(2) for o in range(5)])
+        a.stop()

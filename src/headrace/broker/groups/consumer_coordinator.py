@@ -4,8 +4,10 @@ Answers as Apache Kafka 4.3 does (checked against it): a heartbeat with member e
 joins (v1 members bring their own member id, KIP-1082; v0 members get one), -1 leaves,
 -2 leaves temporarily (static members: the assignment is kept for the instance id until
 the session expires). Errors: INVALID_REQUEST for malformed heartbeats,
-UNSUPPORTED_ASSIGNOR, INVALID_REGULAR_EXPRESSION, GROUP_ID_NOT_FOUND (no such consumer
-group, or a classic group with members), UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH (an epoch
+UNSUPPORTED_ASSIGNOR, INVALID_REGULAR_EXPRESSION, GROUP_ID_NOT_FOUND (joining a group id
+a classic group with members holds), UNKNOWN_MEMBER_ID (also for a heartbeat to a group
+this broker does not know: Kafka says GROUP_ID_NOT_FOUND, but its groups survive
+restarts and ours do not), FENCED_MEMBER_EPOCH (an epoch
 the coordinator never gave, or an old one with partitions the member may not own),
 UNRELEASED_INSTANCE_ID (the instance id is held by a live member), FENCED_INSTANCE_ID,
 GROUP_MAX_SIZE_REACHED.
@@ -185,7 +187,10 @@ class ConsumerGroupCoordinator:
         if group is not None:
             return group
         if not create:
-            raise KafkaProtocolError(ErrorCode.GROUP_ID_NOT_FOUND,
+            # Kafka answers GROUP_ID_NOT_FOUND here, but Kafka never forgets a group; we
+            # do on restart, and UNKNOWN_MEMBER_ID makes members rejoin where
+            # GROUP_ID_NOT_FOUND is fatal to the Java client.
+            raise KafkaProtocolError(ErrorCode.UNKNOWN_MEMBER_ID,
                                      f"Consumer group {group_id} not found.")
         if self._is_classic_in_use(group_id):
             raise KafkaProtocolError(ErrorCode.GROUP_ID_NOT_FOUND,
@@ -388,10 +393,11 @@ class ConsumerGroupCoordinator:
     # --- commits, deletion --------------------------------------------------------------
 
     def check_offset_commit(self, group_id: str, member_id: str, member_epoch: int,
-                            api_version: int) -> bool:
+                            api_version: int | None) -> bool:
         """Whether ``group_id`` is a consumer group (False: let the classic rules
-        decide); raises UNKNOWN_MEMBER_ID, UNSUPPORTED_VERSION (below v9) or
-        STALE_MEMBER_EPOCH as Kafka does. ``api_version`` None: a transactional commit."""
+        decide); raises UNKNOWN_MEMBER_ID, UNSUPPORTED_VERSION (OffsetCommit below v9) or
+        STALE_MEMBER_EPOCH as Kafka does. ``api_version`` None: a transactional commit
+        (TxnOffsetCommit), which any version may make."""
         group = self.groups.get(group_id)
         if group is None:
             return False
@@ -400,7 +406,7 @@ class ConsumerGroupCoordinator:
         member = group.members.get(member_id)
         if member is None:
             raise KafkaProtocolError(ErrorCode.UNKNOWN_MEMBER_ID)
-        if api_version < 9:
+        if api_version is not None and api_version < 9:
             raise KafkaProtocolError(ErrorCode.UNSUPPORTED_VERSION)
         if member_epoch != member.member_epoch:
             raise KafkaProtocolError(ErrorCode.STALE_MEMBER_EPOCH)

@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import threading
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from headrace.testing import EmbeddedBroker
+from tests.integration.kip848_members import Member, produce, wait_until
 
 SOURCE = Path(__file__).parent / "java" / "Kip848Consumer.java"
 CLIENT_JARS = Path("/work/main/jvm/lib/clients")
@@ -65,3 +68,43 @@ def test_java_consumer_with_consumer_protocol(compiled: str, broker: EmbeddedBro
         assert [tp.offset for tp in committed] == [10, 10, 10]
     finally:
         check.close()
+
+
+def test_java_and_librdkafka_members_share_a_group(compiled: str, broker: EmbeddedBroker,
+                                                   topic_name: str) -> None:
+    """A librdkafka member owns all four partitions; the Java member joins and the
+    coordinator moves two to it through the revocation handshake; every record is
+    consumed exactly once across the two; when Java leaves, its partitions come back."""
+    bs = broker.bootstrap_servers
+    admin = AdminClient({"bootstrap.servers": bs})
+    admin.create_topics([NewTopic(topic_name, 4, 1)])[topic_name].result(timeout=10)
+    group = f"mixed-{uuid.uuid4().hex[:8]}"
+    journal: list[Any] = []
+    a = Member(bs, group, [topic_name], journal, "a")
+    java: subprocess.Popen[str] | None = None
+    try:
+        wait_until(lambda: len(a.owned) == 4, 30, "librdkafka owns all four partitions")
+        java = subprocess.Popen(["java", "-cp", compiled, "Kip848Consumer", bs, group,
+                                 topic_name, "20"], stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True)
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(java.stdout or []), daemon=True)
+        reader.start()
+        wait_until(lambda: len(a.owned) == 2 and any(
+            line.startswith("owned ") and line.count(",") == 1 for line in lines), 60,
+            "two partitions each")
+        produce(bs, topic_name, 4, 10)
+        assert java.wait(90) == 0
+        reader.join(10)
+        assert "committed" in [line.strip() for line in lines]
+        java_records = [(topic_name, int(p), int(o)) for _, p, o, _ in
+                        (line.split(" ") for line in lines if line.startswith("record "))]
+        wait_until(lambda: len(a.owned) == 4, 30, "librdkafka owns all four again")
+        wait_until(lambda: len(a.records) >= 20, 30, "librdkafka's twenty records")
+        assert len(java_records) == 20
+        assert sorted(a.records + java_records) == sorted(
+            (topic_name, p, o) for p in range(4) for o in range(10))
+    finally:
+        if java is not None and java.poll() is None:
+            java.kill()
+        a.stop()

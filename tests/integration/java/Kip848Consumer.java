@@ -1,8 +1,9 @@
 // A minimal Java 4.x consumer with group.protocol=consumer (KIP-848), run by
 // tests/integration/test_java_consumer_group.py. Args: bootstrap group topic expected.
 // Consumes until it has seen `expected` records, commits synchronously, then prints
-// "assigned <partitions>", one "record <partition> <offset> <value>" line per record and
-// "committed" on stdout, and closes (leaving the group).
+// "owned <partitions>" after each rebalance callback, one "record <partition> <offset>
+// <value>" line per record, "assigned <partitions>" and "committed" on stdout, and closes
+// (leaving the group).
 import java.time.Duration;
 import java.util.Collection;
 import java.util.List;
@@ -29,9 +30,11 @@ public class Kip848Consumer {
             consumer.subscribe(List.of(args[2]), new ConsumerRebalanceListener() {
                 public void onPartitionsRevoked(Collection<TopicPartition> ps) {
                     ps.forEach(tp -> owned.remove(tp.partition()));
+                    System.out.println("owned " + owned);
                 }
                 public void onPartitionsAssigned(Collection<TopicPartition> ps) {
                     ps.forEach(tp -> owned.add(tp.partition()));
+                    System.out.println("owned " + owned);
                 }
             });
             int seen = 0;

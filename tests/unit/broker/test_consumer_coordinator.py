@@ -106,3 +106,25 @@ def test_static_member_rejoins_with_its_assignment(coord: ConsumerGroupCoordinat
     with pytest.raises(KafkaProtocolError) as e:
         coord.heartbeat(Heartbeat("g", "a", a.member_epoch, instance_id="i"))
     assert e.value.code == ErrorCode.FENCED_INSTANCE_ID
+
+
+def test_subscription_change_bumps_the_group_epoch(clock: Clock) -> None:
+    u = uuid.UUID(int=8)
+    topics = {"t": (T, 2), "u": (u, 2)}
+    coord = ConsumerGroupCoordinator(ConsumerGroupConfig(), lambda: topics,
+                                     lambda g: False, lambda g: None, clock)
+    a = join(coord, "a")
+    assert parts(a) == {0, 1}
+    moved = coord.heartbeat(Heartbeat("g", "a", a.member_epoch, subscribed_topic_names=["u"],
+                                      owned={T: frozenset({0, 1})}))
+    # First the old topic's partitions are revoked (same epoch, empty assignment)...
+    assert moved.member_epoch == a.member_epoch and moved.assignment == {}
+    # ...and once the member reports them gone it gets the new topic at a new epoch.
+    done = coord.heartbeat(Heartbeat("g", "a", a.member_epoch, owned={}))
+    assert done.member_epoch == a.member_epoch + 1
+    assert done.assignment == {u: frozenset({0, 1})}
+    # A partition added to a subscribed topic reaches the member at its next heartbeat.
+    topics["u"] = (u, 3)
+    grown = beat(coord, "a", done.member_epoch)
+    assert grown.member_epoch == done.member_epoch + 1
+    assert grown.assignment == {u: frozenset({0, 1, 2})}

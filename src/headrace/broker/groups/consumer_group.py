@@ -23,8 +23,6 @@ from enum import Enum
 
 from headrace.broker.groups.assignors import MemberAssignment
 
-TopicIdPartition = tuple[uuid.UUID, int]
-
 
 class MemberState(Enum):
     STABLE = "stable"
@@ -126,13 +124,13 @@ class ConsumerGroup:
             return ConsumerGroupState.RECONCILING
         return ConsumerGroupState.STABLE
 
-    def owner_of(self, tp: TopicIdPartition, other_than: str) -> str | None:
-        """The member other than ``other_than`` still owning ``tp``, if any."""
-        t, p = tp
+    def _owned_by_others(self, member_id: str) -> MemberAssignment:
+        """Every partition a member other than ``member_id`` may still hold."""
+        held: MemberAssignment = {}
         for m in self.members.values():
-            if m.member_id != other_than and p in m.owned().get(t, frozenset()):
-                return m.member_id
-        return None
+            if m.member_id != member_id:
+                held = _union(held, m.owned())
+        return held
 
     def reconcile(self, member: ConsumerMember,
                   reported: MemberAssignment | None, now: float) -> None:
@@ -157,9 +155,10 @@ class ConsumerGroup:
             member.revocation_deadline = now + member.rebalance_timeout_ms / 1000
             return
         wanted = _minus(target, kept)
+        held = self._owned_by_others(member.member_id) if wanted else {}
         free: dict[uuid.UUID, frozenset[int]] = {}
         for t, ps in wanted.items():
-            ok = frozenset(p for p in ps if self.owner_of((t, p), member.member_id) is None)
+            ok = ps - held.get(t, frozenset())
             if ok:
                 free[t] = ok
         member.assigned = _union(kept, free)

@@ -86,6 +86,10 @@ def test_request_validation(client: RawClient, topic: str) -> None:
     # Kafka: GROUP_ID_NOT_FOUND; here UNKNOWN_MEMBER_ID so members rejoin after a restart.
     unknown = beat(client, f"g-{uuid.uuid4().hex[:8]}", "m", 5)
     assert unknown.error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    missing = f"g-{uuid.uuid4().hex[:8]}"
+    leave = beat(client, missing, "m", -1)
+    assert (leave.error_code, leave.error_message) == (
+        ErrorCode.GROUP_ID_NOT_FOUND, f"Group {missing} not found.")
 
 
 def test_static_membership(client: RawClient, topic: str) -> None:

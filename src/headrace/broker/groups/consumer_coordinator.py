@@ -3,26 +3,36 @@
 Answers as Apache Kafka 4.3 does (checked against it): a heartbeat with member epoch 0
 joins (v1 members bring their own member id, KIP-1082; v0 members get one), -1 leaves,
 -2 leaves temporarily (static members: the assignment is kept for the instance id until
-the session expires). Errors: INVALID_REQUEST for malformed heartbeats,
-UNSUPPORTED_ASSIGNOR, INVALID_REGULAR_EXPRESSION, GROUP_ID_NOT_FOUND (joining a group id
-a classic group with members holds), UNKNOWN_MEMBER_ID (also for a heartbeat to a group
-this broker does not know: Kafka says GROUP_ID_NOT_FOUND, but its groups survive
-restarts and ours do not), FENCED_MEMBER_EPOCH (an epoch
-the coordinator never gave, or an old one with partitions the member may not own),
-UNRELEASED_INSTANCE_ID (the instance id is held by a live member), FENCED_INSTANCE_ID,
-GROUP_MAX_SIZE_REACHED.
+the session expires). Errors:
+
+* INVALID_REQUEST for malformed heartbeats; UNSUPPORTED_ASSIGNOR;
+  INVALID_REGULAR_EXPRESSION;
+* GROUP_ID_NOT_FOUND when joining a group id that a classic group with members holds,
+  and for a leave from an unknown group;
+* UNKNOWN_MEMBER_ID for an unknown member, and for a heartbeat (epoch > 0) to a group
+  this broker does not know: Kafka says GROUP_ID_NOT_FOUND there, but its groups
+  survive restarts and ours do not, and UNKNOWN_MEMBER_ID makes members rejoin where
+  GROUP_ID_NOT_FOUND is fatal to the Java client;
+* FENCED_MEMBER_EPOCH for an epoch the coordinator never gave, or an old one other than
+  a retry of a lost response; UNRELEASED_INSTANCE_ID (the instance id is held by a live
+  member); FENCED_INSTANCE_ID; GROUP_MAX_SIZE_REACHED.
+
+The target assignment is computed synchronously within the heartbeat that moved the
+group epoch (Kafka may defer it, reporting the group as Assigning meanwhile). Group
+epochs count from 1 (Kafka's first is 2); clients treat them as opaque.
 
 Regex subscriptions use Python's ``re`` (``fullmatch``) instead of RE2/J: the common
-patterns (``orders-.*``, ``a|b``, classes, anchors) mean the same; RE2/J-only syntax is
-refused with INVALID_REGULAR_EXPRESSION. Internal topics (``__``) never match. Topics are
-re-resolved at each heartbeat, so created/deleted topics and new partitions reach the
-group at the next heartbeat of any member.
+patterns (``orders-.*``, ``a|b``, classes, anchors) mean the same; a pattern Python cannot
+compile gets INVALID_REGULAR_EXPRESSION, and Python-only constructs (backreferences,
+lookaround) are accepted where Kafka refuses them. Internal topics (``__``) never match.
+Subscriptions are re-resolved at each heartbeat, so created or deleted topics and added
+partitions reach the group at the next heartbeat of any member.
 
-State is in memory: after a broker restart, members get UNKNOWN_MEMBER_ID (or
-GROUP_ID_NOT_FOUND) and rejoin with epoch 0; committed offsets persist elsewhere.
-Not implemented: online migration between classic and consumer groups (Kafka's
-group.consumer.migration.policy=disabled behaviour), rack-aware assignment,
-client-side assignors.
+State is in memory: after a broker restart members get UNKNOWN_MEMBER_ID and rejoin with
+epoch 0; committed offsets persist in ``__consumer_offsets``. Not implemented: online
+migration between classic and consumer groups (Kafka's
+``group.consumer.migration.policy=disabled`` behaviour: classic JoinGroup on a consumer
+group gets INCONSISTENT_GROUP_PROTOCOL), rack-aware assignment, client-side assignors.
 """
 
 from __future__ import annotations
@@ -336,7 +346,10 @@ class ConsumerGroupCoordinator:
     # --- leaving and fencing ------------------------------------------------------------
 
     def _leave(self, hb: Heartbeat) -> HeartbeatResult:
-        group = self._group_for(hb.group_id, create=False)
+        group = self.groups.get(hb.group_id)
+        if group is None:
+            raise KafkaProtocolError(ErrorCode.GROUP_ID_NOT_FOUND,
+                                     f"Group {hb.group_id} not found.")
         member_id = hb.member_id
         if hb.instance_id is not None:
             current = group.static_members.get(hb.instance_id)

@@ -6,6 +6,7 @@ leaves. The program (tests/integration/java/Kip848Consumer.java) is compiled wit
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import threading
@@ -17,20 +18,17 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from headrace import jvm
 from headrace.testing import EmbeddedBroker
 from tests.integration.kip848_members import Member, produce, wait_until
 
 SOURCE = Path(__file__).parent / "java" / "Kip848Consumer.java"
-CLIENT_JARS = Path("/work/main/jvm/lib/clients")
 
 
 def _client_classpath() -> str:
-    import os
-    lib = Path(os.environ.get("HEADRACE_JVM_LIB", CLIENT_JARS.parent))
-    jars = lib / "clients"
-    if shutil.which("javac") is None or not any(jars.glob("kafka-clients-*.jar")):
-        pytest.skip("javac or the Java Kafka client jars are missing")
-    return f"{jars}/*"
+    if shutil.which("javac") is None or not jvm.available("clients"):
+        pytest.skip("javac or the Java Kafka client jars (jvm/lib/clients) are missing")
+    return jvm.classpath("clients")
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +37,7 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> str:
     out = tmp_path_factory.mktemp("java")
     subprocess.run(["javac", "-d", str(out), "-cp", classpath, str(SOURCE)], check=True,
                    capture_output=True, timeout=120)
-    return f"{out}:{classpath}"
+    return f"{out}{os.pathsep}{classpath}"
 
 
 def test_java_consumer_with_consumer_protocol(compiled: str, broker: EmbeddedBroker,
@@ -52,8 +50,8 @@ def test_java_consumer_with_consumer_protocol(compiled: str, broker: EmbeddedBro
         producer.produce(topic_name, value=f"v{i}".encode(), partition=i % 3)
     assert producer.flush(10) == 0
     group = f"java-{uuid.uuid4().hex[:8]}"
-    run = subprocess.run(["java", "-cp", compiled, "Kip848Consumer", bs, group, topic_name,
-                          "30"], capture_output=True, text=True, timeout=120)
+    run = subprocess.run([jvm.java_executable(), "-cp", compiled, "Kip848Consumer", bs, group,
+                          topic_name, "30"], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-3000:]
     lines = run.stdout.splitlines()
     assert "committed" in lines, run.stdout[-2000:] + run.stderr[-3000:]
@@ -84,8 +82,8 @@ def test_java_and_librdkafka_members_share_a_group(compiled: str, broker: Embedd
     java: subprocess.Popen[str] | None = None
     try:
         wait_until(lambda: len(a.owned) == 4, 30, "librdkafka owns all four partitions")
-        java = subprocess.Popen(["java", "-cp", compiled, "Kip848Consumer", bs, group,
-                                 topic_name, "20"], stdout=subprocess.PIPE,
+        java = subprocess.Popen([jvm.java_executable(), "-cp", compiled, "Kip848Consumer", bs,
+                                 group, topic_name, "20"], stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, text=True)
         lines: list[str] = []
         reader = threading.Thread(target=lambda: lines.extend(java.stdout or []), daemon=True)

@@ -32,7 +32,8 @@ def clock() -> Clock:
 
 @pytest.fixture
 def coord(clock: Clock) -> ConsumerGroupCoordinator:
-    return ConsumerGroupCoordinator(ConsumerGroupConfig(session_timeout_ms=10_000), lambda: {"t": (T, 4)},
+    return ConsumerGroupCoordinator(ConsumerGroupConfig(session_timeout_ms=10_000),
+                                    lambda: {"t": (T, 4)},
                                     lambda g: False, lambda g: None, clock)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from headrace.broker.groups.consumer_coordinator import ConsumerGroupConfig
 from headrace.broker.groups.coordinator import GroupConfig
 from headrace.broker.txn.coordinator import TxnConfig
 from headrace.storage.cleaner import CleanerConfig
@@ -38,6 +39,7 @@ class BrokerConfig:
     # is 5 minutes; a shorter default suits one small broker).
     retention_check_interval_ms: int = 30_000
     groups: GroupConfig = field(default_factory=GroupConfig)
+    consumer_groups: ConsumerGroupConfig = field(default_factory=ConsumerGroupConfig)
     txns: TxnConfig = field(default_factory=TxnConfig)
     # Kafka's offsets.topic.num.partitions (50 there; one broker gains nothing from more).
     offsets_topic_partitions: int = 1

@@ -57,6 +57,7 @@ async def serve(config: BrokerConfig, stop: asyncio.Event | None = None) -> None
             loop.add_signal_handler(sig, stop.set)
     background = [loop.create_task(_retention_loop(state)),
                   loop.create_task(state.groups.run()),
+                  loop.create_task(state.consumer_groups.run()),
                   loop.create_task(_transaction_timeouts(state))]
     if config.cleaner.enabled:
         background.append(loop.create_task(run_cleaner(state)))

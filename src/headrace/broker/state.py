@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections import defaultdict
 from dataclasses import dataclass
 
 from headrace.broker.config import BrokerConfig
+from headrace.broker.groups.consumer_coordinator import ConsumerGroupCoordinator
 from headrace.broker.groups.coordinator import GroupCoordinator
 from headrace.broker.groups.offsets import OffsetStore
 from headrace.broker.txn.coordinator import TransactionCoordinator
@@ -111,6 +113,7 @@ class BrokerState:
     groups: GroupCoordinator
     offsets: OffsetStore
     txns: TransactionCoordinator
+    consumer_groups: ConsumerGroupCoordinator
     port: int = 0
 
     @classmethod
@@ -133,11 +136,36 @@ class BrokerState:
                                       logs.allocate_producer_id,
                                       lambda topic, p: notifier.notify((topic, p)))
         txns.recover()
-        return cls(config, logs, notifier, GroupCommitFlusher(), groups, offsets, txns)
+
+        def classic_in_use(group_id: str) -> bool:
+            group = groups.group(group_id)
+            return group is not None and bool(group.members)
+
+        def topics() -> dict[str, tuple[uuid.UUID, int]]:
+            return {t.name: (t.topic_id, len(t.partitions)) for t in logs.topics.values()}
+
+        def drop_classic(group_id: str) -> None:
+            groups.groups.pop(group_id, None)
+
+        consumer_groups = ConsumerGroupCoordinator(config.consumer_groups, topics,
+                                                   classic_in_use, drop_classic)
+        groups.is_foreign = lambda group_id: group_id in consumer_groups.groups
+        return cls(config, logs, notifier, GroupCommitFlusher(), groups, offsets, txns,
+                   consumer_groups)
+
+    def remember_group(self, group_id: str) -> None:
+        """After offsets were committed for ``group_id``: make it a known (Empty classic)
+        group, so ListGroups shows it, unless it is a consumer group."""
+        if group_id not in self.consumer_groups.groups:
+            self.groups.get_or_create(group_id)
 
     @property
     def advertised_host(self) -> str:
         return self.config.advertised_host or self.config.host
+
+    def topics_by_id(self) -> dict[uuid.UUID, str]:
+        """Topic id -> name of every live topic (built per call: topics come and go)."""
+        return {t.topic_id: t.name for t in self.logs.topics.values()}
 
     def topic_for_write(self, name: str, allow_auto_create: bool = True) -> Topic:
         """The topic, auto-created (``auto.create.topics.enable``) when missing and allowed.

@@ -114,11 +114,20 @@ def broker(
     log_retention_check_interval_ms: Annotated[
         int, typer.Option(min=1, help="How often retention deletes expired segments.")
     ] = 30_000,
+    group_consumer_session_timeout_ms: Annotated[
+        int, typer.Option(min=1, help="Session timeout of KIP-848 consumer group members "
+                          "(group.consumer.session.timeout.ms).")
+    ] = 45_000,
+    group_consumer_heartbeat_interval_ms: Annotated[
+        int, typer.Option(min=1, help="Heartbeat interval told to KIP-848 consumer group "
+                          "members (group.consumer.heartbeat.interval.ms).")
+    ] = 5_000,
 ) -> None:
     """Run a broker in the foreground until Ctrl-C (SIGINT) or SIGTERM."""
     from dataclasses import replace
 
     from headrace.broker.config import BrokerConfig
+    from headrace.broker.groups.consumer_coordinator import ConsumerGroupConfig
     from headrace.broker.server import run
     from headrace.storage.cleaner import CleanerConfig
     from headrace.storage.config import LogConfig, broker_log_config
@@ -143,6 +152,9 @@ def broker(
         log=log,
         cleaner=cleaner,
         retention_check_interval_ms=log_retention_check_interval_ms,
+        consumer_groups=ConsumerGroupConfig(
+            session_timeout_ms=group_consumer_session_timeout_ms,
+            heartbeat_interval_ms=group_consumer_heartbeat_interval_ms),
     )
     try:
         run(broker_config)

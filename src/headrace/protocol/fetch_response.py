@@ -1,4 +1,4 @@
-"""Hand framing of the Fetch response (versions 0-12), around record sets it never copies.
+"""Hand framing of the Fetch response (versions 0-18), around record sets it never copies.
 
 Every other response goes through the generated codec; Fetch is framed here so that the
 stored batches can follow their length prefix straight from the segment file (sendfile).
@@ -10,14 +10,18 @@ records as bytes) equals the codec's encoding of the same response.
 from __future__ import annotations
 
 import struct
+import uuid
 from dataclasses import dataclass, field
 
 FLEXIBLE_FROM = 12
-MAX_VERSION = 12
+MAX_VERSION = 18
+# From v13 a topic is named by its id (16 bytes), not by its name.
+TOPIC_ID_FROM = 13
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
+_ZERO_UUID = uuid.UUID(int=0)
 
 
 @dataclass(slots=True)
@@ -40,6 +44,8 @@ class FetchPartition:
 class FetchTopic:
     topic: str
     partitions: list[FetchPartition] = field(default_factory=list)
+    # Written instead of the name from v13 (the zero UUID when None).
+    topic_id: uuid.UUID | None = None
 
 
 def _uvarint(n: int) -> bytes:
@@ -82,7 +88,10 @@ def encode_fetch_response(
         buf += _I16.pack(error_code) + _I32.pack(session_id)
     buf += _array_len(len(topics), flexible)
     for topic in topics:
-        buf += _string(topic.topic, flexible)
+        if version >= TOPIC_ID_FROM:
+            buf += (topic.topic_id or _ZERO_UUID).bytes
+        else:
+            buf += _string(topic.topic, flexible)
         buf += _array_len(len(topic.partitions), flexible)
         for p in topic.partitions:
             buf += _I32.pack(p.partition_index) + _I16.pack(p.error_code)

@@ -29,7 +29,7 @@ partitions = st.builds(
 )
 topics = st.lists(
     st.builds(FetchTopic, topic=st.text(min_size=1, max_size=20),
-              partitions=st.lists(partitions, max_size=4)),
+              partitions=st.lists(partitions, max_size=4), topic_id=st.uuids()),
     max_size=3,
 )
 
@@ -45,7 +45,7 @@ def _joined(parts: list[object]) -> bytes:
 def _codec(version: int, tops: list[FetchTopic]) -> bytes:
     resp = FetchResponse(
         throttle_time_ms=5, error_code=0, session_id=0,
-        responses=[_T(topic=t.topic, partitions=[
+        responses=[_T(topic=t.topic, topic_id=t.topic_id, partitions=[
             _P(partition_index=p.partition_index, error_code=p.error_code,
                high_watermark=p.high_watermark, last_stable_offset=p.last_stable_offset,
                log_start_offset=p.log_start_offset,
@@ -58,7 +58,7 @@ def _codec(version: int, tops: list[FetchTopic]) -> bytes:
 
 
 @settings(max_examples=300, deadline=None)
-@given(version=st.integers(min_value=4, max_value=12), tops=topics)
+@given(version=st.integers(min_value=4, max_value=18), tops=topics)
 def test_matches_the_generated_codec(version: int, tops: list[FetchTopic]) -> None:
     for t in tops:
         for p in t.partitions:

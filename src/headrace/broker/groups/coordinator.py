@@ -76,6 +76,9 @@ class GroupCoordinator:
         self.config = config
         self.groups: dict[str, Group] = {}
         self._on_generation = on_generation
+        # Whether a group id belongs to a KIP-848 consumer group (JoinGroup then answers
+        # INCONSISTENT_GROUP_PROTOCOL); set by the broker state.
+        self.is_foreign: Callable[[str], bool] = lambda group_id: False
 
     # --- lookups ----------------------------------------------------------------------
 
@@ -129,6 +132,8 @@ class GroupCoordinator:
             raise KafkaProtocolError(ErrorCode.INVALID_SESSION_TIMEOUT)
         if sum(len(m) for _, m in req.protocols) > cfg.max_member_metadata_bytes:
             raise KafkaProtocolError(ErrorCode.MESSAGE_TOO_LARGE)
+        if self.is_foreign(req.group_id):
+            raise KafkaProtocolError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
         group = self.group(req.group_id)
         if group is None:
             # Only a join without a member id may create a group (no phantom groups).

@@ -37,6 +37,8 @@ MODULES = (
     "alter_configs",
     "delete_records",
     "describe_log_dirs",
+    "consumer_group_heartbeat",
+    "consumer_group_describe",
 )
 
 

@@ -1,6 +1,6 @@
-"""DeleteGroups (key 42), versions 0-2: deletes Empty groups and their committed offsets
-(tombstones in ``__consumer_offsets``). A group with members gets NON_EMPTY_GROUP, an
-unknown one GROUP_ID_NOT_FOUND."""
+"""DeleteGroups (key 42), versions 0-2: deletes Empty groups, classic or KIP-848 consumer
+groups, and their committed offsets (tombstones in ``__consumer_offsets``). A group with
+members gets NON_EMPTY_GROUP, an unknown one GROUP_ID_NOT_FOUND."""
 
 from __future__ import annotations
 
@@ -20,7 +20,10 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     results = []
     for group_id in request.groups_names:
         try:
-            ctx.state.groups.delete(group_id)
+            if not ctx.state.consumer_groups.delete(group_id):
+                ctx.state.groups.delete(group_id)
+            else:
+                ctx.state.groups.groups.pop(group_id, None)
             ctx.state.offsets.delete_group(group_id)
             code = 0
         except KafkaProtocolError as e:

@@ -1,6 +1,7 @@
-"""DescribeGroups (key 15), versions 0-5: state, protocol and members (with metadata and
-assignment once Stable). Unknown groups are described as Dead with no
-members, as Kafka does. Authorized operations are not computed."""
+"""DescribeGroups (key 15), versions 0-6: state, protocol and members (with metadata and
+assignment once Stable) of classic groups. Unknown groups, and KIP-848 consumer groups,
+are described as Dead with no members up to v5; v6 answers GROUP_ID_NOT_FOUND with a
+message for them, as Kafka 4.3 does. Authorized operations are not computed."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ _Group = DescribeGroupsResponse.DescribedGroup
 _Member = _Group.DescribedGroupMember
 
 
-@handles(DescribeGroupsRequest, DescribeGroupsResponse, max_version=5)
+@handles(DescribeGroupsRequest, DescribeGroupsResponse, max_version=6)
 async def handle(ctx: RequestContext, request: Any) -> Any:
     described = []
     for group_id in request.groups:
@@ -28,7 +29,13 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             continue
         group = ctx.state.groups.group(group_id)
         if group is None:
-            described.append(_Group(error_code=0, group_id=group_id,
+            code, message = 0, None
+            if ctx.api_version >= 6:
+                code = ErrorCode.GROUP_ID_NOT_FOUND
+                message = (f"Group {group_id} is not a classic group."
+                           if ctx.state.consumer_groups.group(group_id) is not None
+                           else f"Group {group_id} not found.")
+            described.append(_Group(error_code=code, error_message=message, group_id=group_id,
                                     group_state=GroupState.DEAD.value, protocol_type="",
                                     protocol_data="", members=[]))
             continue

@@ -1,4 +1,6 @@
-"""Fetch (key 1), versions 0-12 (topic names; topic ids from v13 are not served).
+"""Fetch (key 1), versions 0-18 (v13+ name topics by id: an unknown id answers
+UNKNOWN_TOPIC_ID for each of its partitions; v15+ replica state, v17+ replica directory
+ids and v18+ high watermarks are follower fields, ignored here).
 
 Serves stored batches verbatim: the response is framed by hand around byte ranges of the
 segment files, which large reads send with ``sendfile(2)``; nothing is re-encoded. Whole
@@ -40,11 +42,20 @@ def _read_all(
     had_error = False
     regions: list[FileRegion] = []
     out = []
+    by_id = ctx.state.topics_by_id() if ctx.api_version >= 13 else {}
     for topic in request.topics:
         parts = []
+        topic_id = topic.topic_id if ctx.api_version >= 13 else None
+        name = by_id.get(topic_id) if topic_id is not None else topic.topic
+        if name is None:
+            out.append(FetchTopic("", [FetchPartition(
+                p.partition, ErrorCode.UNKNOWN_TOPIC_ID, -1, -1, -1, None, -1, records=b"",
+                records_length=0) for p in topic.partitions], topic_id))
+            had_error = True
+            continue
         for p in topic.partitions:
             try:
-                plog = logs.get_log(topic.topic, p.partition)
+                plog = logs.get_log(name, p.partition)
                 limit = min(p.partition_max_bytes, max(max_bytes - total, 0))
                 lso = plog.last_stable_offset
                 result = plog.read_region(p.fetch_offset, limit, min_one=total == 0,
@@ -63,24 +74,29 @@ def _read_all(
                 had_error = True
                 hw, start = -1, -1
                 try:
-                    plog = logs.get_log(topic.topic, p.partition)
+                    plog = logs.get_log(name, p.partition)
                     hw, start = plog.log_end_offset, plog.log_start_offset
                 except HeadraceError:
                     pass
                 parts.append(FetchPartition(p.partition, error_code_for(e), hw, hw, start,
                                             None, -1, records=b"", records_length=0))
-        out.append(FetchTopic(topic.topic, parts))
+        out.append(FetchTopic(name, parts, topic_id))
     return out, total, had_error, regions
 
 
-@handles(FetchRequest, FetchResponse, max_version=12)
+@handles(FetchRequest, FetchResponse, max_version=18)
 async def handle(ctx: RequestContext, request: Any) -> Any:
     max_bytes = request.max_bytes if ctx.api_version >= 3 else 0x7FFFFFFF
     if max_bytes <= 0:
         max_bytes = 0x7FFFFFFF
     read_committed = ctx.api_version >= 4 and request.isolation_level == 1
     deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000.0
-    tps: list[TopicPartition] = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
+    if ctx.api_version >= 13:
+        by_id = ctx.state.topics_by_id()
+        tps: list[TopicPartition] = [(by_id[t.topic_id], p.partition) for t in request.topics
+                                     if t.topic_id in by_id for p in t.partitions]
+    else:
+        tps = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
     notifier = ctx.state.notifier
     while True:
         topics, total, had_error, regions = _read_all(ctx, request, max_bytes, read_committed)

@@ -1,6 +1,8 @@
 """ListGroups (key 16), versions 0-5: every group this broker coordinates (including
-Empty groups that only hold committed offsets), filtered by state (v4+) and type (v5+;
-all groups here are "classic")."""
+Empty groups that only hold committed offsets), filtered by state (v4+, case-insensitive)
+and type (v5+). Classic groups are of type "classic"; KIP-848 consumer groups of type
+"consumer" with protocol type "consumer" and their Empty/Assigning/Reconciling/Stable
+state, as Kafka lists them."""
 
 from __future__ import annotations
 
@@ -12,7 +14,6 @@ from headrace.broker.context import RequestContext
 from headrace.broker.registry import handles
 
 _Listed = ListGroupsResponse.ListedGroup
-GROUP_TYPE = "classic"
 
 
 @handles(ListGroupsRequest, ListGroupsResponse, max_version=5)
@@ -20,11 +21,13 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     v = ctx.api_version
     states = {s.lower() for s in request.states_filter} if v >= 4 else set()
     types = {t.lower() for t in request.types_filter} if v >= 5 else set()
-    listed = []
-    for group in ctx.state.groups.groups.values():
-        state = group.state.value
-        if (states and state.lower() not in states) or (types and GROUP_TYPE not in types):
-            continue
-        listed.append(_Listed(group_id=group.group_id, protocol_type=group.protocol_type or "",
-                              group_state=state, group_type=GROUP_TYPE))
+    rows = [(g.group_id, g.protocol_type or "", g.state.value, "classic")
+            for g in ctx.state.groups.groups.values()]
+    rows += [(g.group_id, "consumer", g.state.value, "consumer")
+             for g in ctx.state.consumer_groups.groups.values()]
+    listed = [_Listed(group_id=group_id, protocol_type=protocol_type, group_state=state,
+                      group_type=group_type)
+              for group_id, protocol_type, state, group_type in rows
+              if not (states and state.lower() not in states)
+              and not (types and group_type not in types)]
     return ListGroupsResponse(throttle_time_ms=0, error_code=0, groups=listed)

@@ -1,4 +1,4 @@
-"""Metadata (key 3), versions 0-12.
+"""Metadata (key 3), versions 0-13.
 
 One broker leads every partition (leader epoch 0, replicas = ISR = [this node]). Asking
 for an unknown topic auto-creates it when ``allow_auto_topic_creation`` (v4+, implied
@@ -44,15 +44,7 @@ def _topic_entry(ctx: RequestContext, topic: Topic) -> Any:
     )
 
 
-def _by_id(ctx: RequestContext, topic_id: uuid.UUID) -> Any:
-    for topic in ctx.state.logs.topics.values():
-        if topic.topic_id == topic_id:
-            return _topic_entry(ctx, topic)
-    return _Topic(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=topic_id,
-                  partitions=[])
-
-
-@handles(MetadataRequest, MetadataResponse, max_version=12)
+@handles(MetadataRequest, MetadataResponse, max_version=13)
 async def handle(ctx: RequestContext, request: Any) -> Any:
     state = ctx.state
     requested = request.topics
@@ -61,11 +53,21 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         entries = [_topic_entry(ctx, t) for t in state.logs.topics.values()]
     else:
         allow = ctx.api_version < 4 or bool(request.allow_auto_topic_creation)
+        by_id = state.topics_by_id() if ctx.api_version >= 10 else {}
         for t in requested:
             name = t.name
             topic_id = getattr(t, "topic_id", None)  # v10+
             if topic_id is not None and topic_id != _ZERO_UUID:
-                entries.append(_by_id(ctx, topic_id))
+                found = by_id.get(topic_id)
+                if found is None:
+                    entries.append(_Topic(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None,
+                                          topic_id=topic_id, partitions=[]))
+                else:
+                    entries.append(_topic_entry(ctx, state.logs.get_topic(found)))
+                continue
+            if name is None:  # neither a name nor an id
+                entries.append(_Topic(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None,
+                                      topic_id=_ZERO_UUID, partitions=[]))
                 continue
             try:
                 entries.append(_topic_entry(ctx, state.topic_for_write(name, allow)))
@@ -83,4 +85,5 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         cluster_id=state.logs.cluster_id,
         controller_id=cfg.node_id,
         topics=entries,
+        error_code=0,
     )

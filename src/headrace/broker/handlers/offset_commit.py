@@ -4,6 +4,9 @@ Commits from group members are fenced like Kafka's: UNKNOWN_MEMBER_ID,
 FENCED_INSTANCE_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS while assignments are
 being handed out. A commit with generation -1 and no member id is a "simple" commit from
 a consumer using no group membership, accepted while the group has no members.
+For KIP-848 consumer groups the field is the member epoch: UNKNOWN_MEMBER_ID for a
+non-member, STALE_MEMBER_EPOCH for any other epoch than the member's, and
+UNSUPPORTED_VERSION below v9, as Kafka 4.3 answers.
 Metadata over ``offset.metadata.max.bytes`` gets OFFSET_METADATA_TOO_LARGE for that
 partition. Offsets go to ``__consumer_offsets`` before the answer (fsynced first when
 the broker runs with ``--fsync``). Not implemented: retention_time_ms (v2-4) expiry.
@@ -29,10 +32,12 @@ _Partition = _Topic.OffsetCommitResponsePartition
 async def handle(ctx: RequestContext, request: Any) -> Any:
     state = ctx.state
     v = ctx.api_version
+    epoch = request.generation_id_or_member_epoch if v >= 1 else -1
+    member_id = request.member_id if v >= 1 else ""
     try:
-        state.groups.check_commit(
-            request.group_id, request.generation_id_or_member_epoch if v >= 1 else -1,
-            request.member_id if v >= 1 else "", request.group_instance_id if v >= 7 else None)
+        if not state.consumer_groups.check_offset_commit(request.group_id, member_id, epoch, v):
+            state.groups.check_commit(request.group_id, epoch, member_id,
+                                      request.group_instance_id if v >= 7 else None)
         group_code = 0
     except KafkaProtocolError as e:
         group_code = e.code
@@ -43,7 +48,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     if accepted:
         try:
             written = state.offsets.commit(request.group_id, accepted)
-            state.groups.get_or_create(request.group_id)
+            state.remember_group(request.group_id)
         except (HeadraceError, OSError):
             for tp in accepted:
                 codes[tp] = ErrorCode.COORDINATOR_NOT_AVAILABLE

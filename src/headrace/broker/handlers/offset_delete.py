@@ -1,7 +1,8 @@
 """OffsetDelete (key 47), version 0: deletes a group's committed offsets for some
 partitions. Refused per partition with GROUP_SUBSCRIBED_TO_TOPIC while a live member
 is assigned (subscribed to) that topic; GROUP_ID_NOT_FOUND for an unknown group.
-Subscriptions are read from the members' consumer-protocol metadata."""
+Subscriptions are read from the members' consumer-protocol metadata (classic groups) or
+their resolved topic names and regexes (KIP-848 consumer groups)."""
 
 from __future__ import annotations
 
@@ -30,11 +31,18 @@ def _subscribed(group: Group) -> set[str]:
 
 @handles(OffsetDeleteRequest, OffsetDeleteResponse, max_version=0)
 async def handle(ctx: RequestContext, request: Any) -> Any:
+    consumer_group = ctx.state.consumer_groups.group(request.group_id)
     group = ctx.state.groups.group(request.group_id)
-    if group is None:
+    if consumer_group is not None:
+        names = ctx.state.topics_by_id()
+        subscribed = {names[t] for subs in
+                      ctx.state.consumer_groups.subscriptions(consumer_group).values()
+                      for t in subs if t in names}
+    elif group is None:
         return OffsetDeleteResponse(error_code=ErrorCode.GROUP_ID_NOT_FOUND, throttle_time_ms=0,
                                     topics=[])
-    subscribed = _subscribed(group)
+    else:
+        subscribed = _subscribed(group)
     deletable = []
     topics = []
     for t in request.topics:

@@ -1,10 +1,13 @@
-"""OffsetFetch (key 9), versions 0-8 (v8+: several groups per request).
+"""OffsetFetch (key 9), versions 0-9 (v8+: several groups per request).
 
 Answers the committed offsets of a group: the requested partitions (unknown ones get
 offset -1), or every committed partition when the topic list is null. An unknown group
 has no offsets (not an error, as in Kafka). With ``require_stable`` (v7+), a partition
 whose offset an open transaction has staged answers UNSTABLE_OFFSET_COMMIT (the client
-retries once the transaction ends). v9's KIP-848 member checks are not served.
+retries once the transaction ends). v9+: a member of a KIP-848 consumer group names
+itself and its epoch; a non-member gets UNKNOWN_MEMBER_ID, another epoch
+STALE_MEMBER_EPOCH (group-level error, no topics); epoch -1 (admin clients) is not checked.
+v10 (topics by id) is not served.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from kafka.protocol.consumer import OffsetFetchRequest, OffsetFetchResponse
 from headrace.broker.context import RequestContext
 from headrace.broker.groups.offsets import CommittedOffset
 from headrace.broker.registry import handles
-from headrace.protocol.errors import ErrorCode
+from headrace.protocol.errors import ErrorCode, KafkaProtocolError
 
 _OldTopic = OffsetFetchResponse.OffsetFetchResponseTopic
 _OldPartition = _OldTopic.OffsetFetchResponsePartition
@@ -44,12 +47,19 @@ def _lookup(ctx: RequestContext, group_id: str,
     return [(t, [(p, committed.get((t, p), _NONE)) for p in parts]) for t, parts in topics]
 
 
-@handles(OffsetFetchRequest, OffsetFetchResponse, max_version=8)
+@handles(OffsetFetchRequest, OffsetFetchResponse, max_version=9)
 async def handle(ctx: RequestContext, request: Any) -> Any:
     stable = ctx.api_version >= 7 and bool(request.require_stable)
     if ctx.api_version >= 8:
         groups = []
         for g in request.groups:
+            if ctx.api_version >= 9:
+                try:
+                    ctx.state.consumer_groups.check_offset_fetch(g.group_id, g.member_id,
+                                                                 g.member_epoch)
+                except KafkaProtocolError as e:
+                    groups.append(_Group(group_id=g.group_id, error_code=e.code, topics=[]))
+                    continue
             wanted = None if g.topics is None else [(t.name, list(t.partition_indexes))
                                                     for t in g.topics]
             groups.append(_Group(group_id=g.group_id, error_code=0, topics=[

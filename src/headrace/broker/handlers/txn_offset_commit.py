@@ -2,7 +2,8 @@
 (``send_offsets_to_transaction``). Staged in ``__consumer_offsets`` as a transactional
 batch and applied only when the transaction commits. Requires an Ongoing transaction
 that added the group (AddOffsetsToTxn), else INVALID_TXN_STATE; v3+ group fields are
-fenced like OffsetCommit (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID)."""
+fenced like OffsetCommit (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID; for
+KIP-848 consumer groups the generation is the member epoch: STALE_MEMBER_EPOCH)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     try:
         state.txns.check_offset_commit(request.transactional_id, request.producer_id,
                                        request.producer_epoch, request.group_id)
-        if v >= 3 and request.generation_id >= 0:
+        if v >= 3 and request.generation_id >= 0 and not \
+                state.consumer_groups.check_offset_commit(
+                    request.group_id, request.member_id, request.generation_id, None):
             state.groups.check_commit(request.group_id, request.generation_id,
                                       request.member_id, request.group_instance_id)
         code = 0
@@ -39,7 +42,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     if offsets:
         state.offsets.commit_transactional(request.group_id, request.producer_id,
                                            request.producer_epoch, offsets)
-        state.groups.get_or_create(request.group_id)
+        state.remember_group(request.group_id)
     return TxnOffsetCommitResponse(throttle_time_ms=0, topics=[
         _Topic(name=t.name, partitions=[
             _Partition(partition_index=p.partition_index,

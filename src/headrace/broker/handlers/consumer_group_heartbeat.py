@@ -1,0 +1,67 @@
+"""ConsumerGroupHeartbeat (key 68), versions 0-1: the KIP-848 consumer group protocol.
+
+Join (member epoch 0), heartbeat, leave (-1) and static leave (-2); the answer carries the
+member epoch, the heartbeat interval (``group.consumer.heartbeat.interval.ms``) and, when
+it changed or the request was a full one, the member's assignment by topic id. v1 members
+generate their own member id (KIP-1082); v0 members get one. The rules (epochs, server
+assignors ``uniform``/``range``, pending revocation, static membership, regex
+subscriptions, fencing) live in ``groups.consumer_coordinator``, whose docstring lists
+what is not implemented. Group state is in memory: after a broker restart members are told
+UNKNOWN_MEMBER_ID / GROUP_ID_NOT_FOUND and rejoin.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from headrace.broker.context import RequestContext
+from headrace.broker.groups.assignors import MemberAssignment
+from headrace.broker.groups.consumer_coordinator import Heartbeat
+from headrace.broker.registry import handles
+from headrace.protocol.errors import KafkaProtocolError
+from headrace.protocol.messages import (
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+)
+
+_Assignment = ConsumerGroupHeartbeatResponse.Assignment
+_TopicPartitions = _Assignment.TopicPartitions
+
+
+def _owned(topic_partitions: Any) -> MemberAssignment | None:
+    if topic_partitions is None:
+        return None
+    owned: MemberAssignment = {}
+    for t in topic_partitions:
+        if t.partitions:
+            owned[t.topic_id] = owned.get(t.topic_id, frozenset()) | frozenset(t.partitions)
+    return owned
+
+
+@handles(ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, max_version=1)
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    v = ctx.api_version
+    hb = Heartbeat(
+        group_id=request.group_id, member_id=request.member_id,
+        member_epoch=request.member_epoch, instance_id=request.instance_id,
+        rack_id=request.rack_id, rebalance_timeout_ms=request.rebalance_timeout_ms,
+        subscribed_topic_names=request.subscribed_topic_names,
+        subscribed_topic_regex=request.subscribed_topic_regex if v >= 1 else None,
+        server_assignor=request.server_assignor, owned=_owned(request.topic_partitions),
+        client_id=ctx.client_id or "", client_host="/" + ctx.peer.rsplit(":", 1)[0],
+        api_version=v)
+    try:
+        result = ctx.state.consumer_groups.heartbeat(hb)
+    except KafkaProtocolError as e:
+        return ConsumerGroupHeartbeatResponse(
+            throttle_time_ms=0, error_code=e.code, error_message=str(e) or None,
+            member_id=None, member_epoch=0, heartbeat_interval_ms=0, assignment=None)
+    assignment = None
+    if result.assignment is not None:
+        assignment = _Assignment(topic_partitions=[
+            _TopicPartitions(topic_id=t, partitions=sorted(ps))
+            for t, ps in sorted(result.assignment.items())])
+    return ConsumerGroupHeartbeatResponse(
+        throttle_time_ms=0, error_code=0, error_message=None, member_id=result.member_id,
+        member_epoch=result.member_epoch, heartbeat_interval_ms=result.heartbeat_interval_ms,
+        assignment=assignment)

@@ -225,17 +225,7 @@ def test_static_membership_rejoin_keeps_assignment(java: JavaClient, topic_name:
     assert sorted(map(tuple, b2["consumed"])) == [(p, o) for p in (2, 3) for o in range(5)]
 
 
-@pytest.mark.parametrize(
-    "java",
-    [
-        pytest.param(
-            "headrace",
-            marks=pytest.mark.xfail(strict=False, reason="KIP-848 lands with branch kip848"),
-        ),
-        "kafka",
-    ],
-    indirect=True,
-)
+@BOTH
 def test_consumer_group_protocol(java: JavaClient, topic_name: str) -> None:
     """group.protocol=consumer (KIP-848): the broker assigns (uniform), a gives up what moves
     to b, offsets are committed, and when b leaves a owns every partition again."""

@@ -43,5 +43,10 @@ class BrokerConfig:
     txns: TxnConfig = field(default_factory=TxnConfig)
     # Kafka's offsets.topic.num.partitions (50 there; one broker gains nothing from more).
     offsets_topic_partitions: int = 1
+    # Committed offsets of an empty group (or standalone commits) are deleted after this
+    # (Kafka's offsets.retention.minutes: 7 days), checked every
+    # offsets.retention.check.interval.ms (10 minutes).
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    offsets_retention_check_interval_ms: int = 600_000
     # Largest committed-offset metadata string (Kafka's offset.metadata.max.bytes).
     offset_metadata_max_bytes: int = 4096

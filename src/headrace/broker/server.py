@@ -58,7 +58,8 @@ async def serve(config: BrokerConfig, stop: asyncio.Event | None = None) -> None
     background = [loop.create_task(_retention_loop(state)),
                   loop.create_task(state.groups.run()),
                   loop.create_task(state.consumer_groups.run()),
-                  loop.create_task(_transaction_timeouts(state))]
+                  loop.create_task(_transaction_timeouts(state)),
+                  loop.create_task(_offsets_retention_loop(state))]
     if config.cleaner.enabled:
         background.append(loop.create_task(run_cleaner(state)))
     print(f"headrace broker listening on {config.host}:{state.port}", flush=True)
@@ -86,6 +87,17 @@ async def _transaction_timeouts(state: BrokerState) -> None:
             state.txns.sweep()
         except Exception:  # supervisor: a failed sweep must not stop the next ones
             log.exception("transaction timeout sweep failed")
+
+
+async def _offsets_retention_loop(state: BrokerState) -> None:
+    """Committed-offset expiry (``offsets.retention.minutes``), every
+    ``offsets_retention_check_interval_ms``."""
+    while True:
+        await asyncio.sleep(state.config.offsets_retention_check_interval_ms / 1000.0)
+        try:
+            state.expire_offsets(int(time.time() * 1000))
+        except Exception:  # supervisor: a failed pass must not stop the next ones
+            log.exception("offsets retention failed")
 
 
 async def _retention_loop(state: BrokerState) -> None:

@@ -159,6 +159,25 @@ class BrokerState:
         if group_id not in self.consumer_groups.groups:
             self.groups.get_or_create(group_id)
 
+    def has_members(self, group_id: str) -> bool:
+        """Whether a classic or a consumer (KIP-848) group of this id has members."""
+        classic = self.groups.group(group_id)
+        consumer = self.consumer_groups.groups.get(group_id)
+        return bool(classic is not None and classic.members) or bool(
+            consumer is not None and consumer.members)
+
+    def expire_offsets(self, now_ms: int) -> None:
+        """Delete committed offsets past ``offsets_retention_ms``; forget the empty groups
+        this leaves with no offsets (ListGroups no longer shows them)."""
+        for group_id in self.offsets.expire(now_ms, self.config.offsets_retention_ms,
+                                            self.has_members):
+            classic = self.groups.group(group_id)
+            if classic is not None and not classic.members:
+                self.groups.groups.pop(group_id, None)
+            consumer = self.consumer_groups.groups.get(group_id)
+            if consumer is not None and not consumer.members:
+                self.consumer_groups.groups.pop(group_id, None)
+
     @property
     def advertised_host(self) -> str:
         return self.config.advertised_host or self.config.host

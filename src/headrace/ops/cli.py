@@ -122,6 +122,15 @@ def broker(
         int, typer.Option(min=1, help="Heartbeat interval told to KIP-848 consumer group "
                           "members (group.consumer.heartbeat.interval.ms).")
     ] = 5_000,
+    offsets_retention_minutes: Annotated[
+        float, typer.Option(min=0.001, help="Delete a group's committed offsets this long after "
+                            "it became empty; standalone commits this long after the commit "
+                            "(offsets.retention.minutes).")
+    ] = 7 * 24 * 60,
+    offsets_retention_check_interval_ms: Annotated[
+        int, typer.Option(min=1, help="How often committed offsets are checked for expiry "
+                          "(offsets.retention.check.interval.ms).")
+    ] = 600_000,
 ) -> None:
     """Run a broker in the foreground until Ctrl-C (SIGINT) or SIGTERM."""
     from dataclasses import replace
@@ -152,6 +161,8 @@ def broker(
         log=log,
         cleaner=cleaner,
         retention_check_interval_ms=log_retention_check_interval_ms,
+        offsets_retention_ms=round(offsets_retention_minutes * 60_000),
+        offsets_retention_check_interval_ms=offsets_retention_check_interval_ms,
         consumer_groups=ConsumerGroupConfig(
             session_timeout_ms=group_consumer_session_timeout_ms,
             heartbeat_interval_ms=group_consumer_heartbeat_interval_ms),

@@ -19,6 +19,14 @@ each row once. The design needs nothing but the Kafka protocol, so it holds agai
 Kafka-compatible broker with transactions. Batch writes (``df.write``) use the same
 protocol with a write id drawn on the driver and batch 0.
 
+How long a query may stay stopped: the markers are committed offsets of groups nobody
+joins, which a broker deletes ``offsets.retention.minutes`` after their last commit (7
+days by default, in headrace as in Kafka). A query restarted within that time is
+exactly-once; one stopped longer has lost its markers, so the single batch its
+checkpoint replays on restart may be written a second time (never more, never lost).
+Raise ``offsets.retention.minutes`` (``headrace broker --offsets-retention-minutes``)
+when longer stops are expected.
+
 At-least-once (``delivery=at-least-once``) uses an idempotent producer and flushes before
 the task ends: no loss, but a re-run task writes its rows again.
 """

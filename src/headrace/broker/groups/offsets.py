@@ -18,6 +18,7 @@ from __future__ import annotations
 import struct
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kafka.record.default_records import DefaultRecordBatch
@@ -115,6 +116,10 @@ class OffsetStore:
         self._pending: dict[int, list[tuple[bytes, bytes | None]]] = {}
         # (group, topic, partition) each producer has staged, for require_stable fetches.
         self._unstable: dict[int, set[tuple[str, str, int]]] = {}
+        # Offsets retention: when each group was first seen without members, and when this
+        # store was loaded (the commit time assumed for records that carry none).
+        self._empty_since: dict[str, int] = {}
+        self._loaded_at_ms = int(time.time() * 1000)
 
     def partition_index(self, group: str) -> int:
         """The ``__consumer_offsets`` partition holding ``group`` (stable across restarts)."""
@@ -239,6 +244,45 @@ class OffsetStore:
 
     def committed(self, group: str) -> dict[TopicPartition, CommittedOffset]:
         return self.offsets.get(group, {})
+
+    # --- retention --------------------------------------------------------------------
+
+    def expire(self, now_ms: int, retention_ms: int,
+               has_members: Callable[[str], bool]) -> list[str]:
+        """Tombstone the committed offsets past retention (Kafka's
+        ``offsets.retention.minutes``, KIP-211); returns the groups this left with neither
+        offsets nor members, for the coordinators to forget. Event loop; called every
+        ``offsets.retention.check.interval.ms``.
+
+        - A group with members keeps all its offsets.
+        - A group that has had members (it has a group record) loses all its offsets once
+          it has been empty for ``retention_ms``, counted from the first check that saw it
+          empty (after a restart, the first check after it): expiry may come up to one
+          check interval late, never early. Its group record goes too.
+        - Standalone offsets (committed without joining, e.g. manual commits and the
+          exactly-once sink's markers) expire each ``retention_ms`` after its commit.
+        """
+        forgotten: list[str] = []
+        for group in list(self.offsets.keys() | self.groups.keys()):
+            if has_members(group):
+                self._empty_since.pop(group, None)
+                continue
+            offsets = self.offsets.get(group, {})
+            if group in self.groups:
+                since = self._empty_since.setdefault(group, now_ms)
+                if since + retention_ms <= now_ms:
+                    self.delete_group(group)
+                    self._empty_since.pop(group, None)
+                    forgotten.append(group)
+                continue
+            old = [tp for tp, c in offsets.items()
+                   if (c.commit_timestamp_ms if c.commit_timestamp_ms >= 0
+                       else self._loaded_at_ms) + retention_ms <= now_ms]
+            self.delete_offsets(group, old)
+            if not self.offsets.get(group):
+                self.offsets.pop(group, None)
+                forgotten.append(group)
+        return forgotten
 
 
 def _offset_key_target(key: bytes) -> tuple[str, str, int] | None:

@@ -338,9 +338,8 @@ def test_admin(java: JavaClient, topic_name: str) -> None:
         "group_offsets": {"0": [4, ""]},
         "delete_group": "ok",
         "groups_listed_deleted": [],
-        # Kafka answers ConsumerGroupDescribe (KIP-848) with GROUP_ID_NOT_FOUND; headrace
-        # serves DescribeGroups up to v5, where an unknown group is described as Dead
-        "group_described_deleted": "Dead" if headrace else "GroupIdNotFoundException",
+        # both answer DescribeGroups v6 for an unknown group with GROUP_ID_NOT_FOUND
+        "group_described_deleted": "GroupIdNotFoundException",
         "delete_topics": "ok",
         "describe_deleted": "UnknownTopicOrPartitionException",
         "describe_deleted_by_id": "UnknownTopicIdException",

@@ -1,6 +1,7 @@
 """DescribeGroups (key 15), versions 0-5: state, protocol and members (with metadata and
 assignment once Stable). Unknown groups are described as Dead with no
-members, as Kafka does. Authorized operations are not computed."""
+members, as Kafka does. Authorized operations (v3+, when asked): everything a group
+supports, as Kafka without an authorizer answers."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from kafka.protocol.admin import DescribeGroupsRequest, DescribeGroupsResponse
 from headrace.broker.context import RequestContext
 from headrace.broker.groups.group import GroupState
 from headrace.broker.registry import handles
+from headrace.protocol.acl_operations import GROUP_OPERATIONS, authorized
 from headrace.protocol.errors import ErrorCode
 
 _Group = DescribeGroupsResponse.DescribedGroup
@@ -20,6 +22,8 @@ _Member = _Group.DescribedGroupMember
 @handles(DescribeGroupsRequest, DescribeGroupsResponse, max_version=5)
 async def handle(ctx: RequestContext, request: Any) -> Any:
     described = []
+    operations = authorized(getattr(request, "include_authorized_operations", False),
+                            GROUP_OPERATIONS)
     for group_id in request.groups:
         if not group_id:
             described.append(_Group(error_code=ErrorCode.INVALID_GROUP_ID, group_id=group_id,
@@ -30,7 +34,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         if group is None:
             described.append(_Group(error_code=0, group_id=group_id,
                                     group_state=GroupState.DEAD.value, protocol_type="",
-                                    protocol_data="", members=[]))
+                                    protocol_data="", members=[],
+                                    authorized_operations=operations))
             continue
         # As Kafka: protocol, metadata and assignments only once Stable (during a
         # rebalance the members may not all speak the old protocol any more).
@@ -44,5 +49,6 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             for m in group.members.values()]
         described.append(_Group(error_code=0, group_id=group_id, group_state=group.state.value,
                                 protocol_type=group.protocol_type or "",
-                                protocol_data=protocol, members=members))
+                                protocol_data=protocol, members=members,
+                                authorized_operations=operations))
     return DescribeGroupsResponse(throttle_time_ms=0, groups=described)

@@ -3,8 +3,8 @@
 One broker leads every partition (leader epoch 0, replicas = ISR = [this node]). Asking
 for an unknown topic auto-creates it when ``allow_auto_topic_creation`` (v4+, implied
 before) and the broker allows it; otherwise UNKNOWN_TOPIC_OR_PARTITION. A null topic list
-(v1+) means all topics. Not implemented: lookups by topic id (v12 null names),
-authorized operations (reported as "not requested").
+(v1+) means all topics. Authorized operations (v8+, when asked): everything, as
+Kafka without an authorizer answers. Not implemented: lookups by topic id (v12 null names).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from headrace.broker.context import RequestContext
 from headrace.broker.errors import error_code_for
 from headrace.broker.registry import handles
+from headrace.protocol.acl_operations import CLUSTER_OPERATIONS, TOPIC_OPERATIONS, authorized
 from headrace.protocol.errors import ErrorCode
 from headrace.storage.errors import StorageError
 from headrace.storage.manager import Topic
@@ -26,9 +27,10 @@ _Partition = _Topic.MetadataResponsePartition
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-def _topic_entry(ctx: RequestContext, topic: Topic) -> Any:
+def _topic_entry(ctx: RequestContext, topic: Topic, operations: set[int] | None) -> Any:
     node = ctx.state.config.node_id
     return _Topic(
+        authorized_operations=operations,
         error_code=0,
         name=topic.name,
         topic_id=topic.topic_id,
@@ -45,15 +47,18 @@ def _topic_entry(ctx: RequestContext, topic: Topic) -> Any:
 async def handle(ctx: RequestContext, request: Any) -> Any:
     state = ctx.state
     requested = request.topics
+    topic_operations = authorized(
+        getattr(request, "include_topic_authorized_operations", False), TOPIC_OPERATIONS)
     entries = []
     if requested is None or (ctx.api_version == 0 and not requested):
-        entries = [_topic_entry(ctx, t) for t in state.logs.topics.values()]
+        entries = [_topic_entry(ctx, t, topic_operations) for t in state.logs.topics.values()]
     else:
         allow = ctx.api_version < 4 or bool(request.allow_auto_topic_creation)
         for t in requested:
             name = t.name
             try:
-                entries.append(_topic_entry(ctx, state.topic_for_write(name, allow)))
+                entries.append(_topic_entry(ctx, state.topic_for_write(name, allow),
+                                            topic_operations))
             except StorageError as e:
                 entries.append(_Topic(error_code=error_code_for(e), name=name,
                                       topic_id=_ZERO_UUID, partitions=[]))
@@ -68,4 +73,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         cluster_id=state.logs.cluster_id,
         controller_id=cfg.node_id,
         topics=entries,
+        authorized_operations=authorized(
+            getattr(request, "include_cluster_authorized_operations", False),
+            CLUSTER_OPERATIONS),
     )

@@ -12,7 +12,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.integration.txn_support import wait_for
 
-__all__ = ["create_topic", "read_partition", "wait_for", "watermarks", "Row"]
+__all__ = ["Row", "create_topic", "read_partition", "wait_for", "watermarks"]
 
 Row = tuple[int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...], int]
 

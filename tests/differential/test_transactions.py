@@ -5,7 +5,6 @@ transaction is open, and offsets committed inside a transaction."""
 from __future__ import annotations
 
 from confluent_kafka import Consumer, TopicPartition
-
 from kafka.protocol.consumer import OffsetFetchRequest
 
 from tests.differential.conftest import Brokers

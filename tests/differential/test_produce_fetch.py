@@ -5,11 +5,15 @@ Apache Kafka and headrace: the offsets each producer is told, every record read 
 from __future__ import annotations
 
 import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from tests.compat.clients import confluent_produce, kafka_python_consume, kafka_python_produce
 from tests.compat.records import BASE_TIMESTAMP_MS, CODECS, Record, body
 from tests.differential.conftest import Brokers
 from tests.differential.support import create_topic, read_partition, watermarks
+from tests.differential.test_errors import fetch
+from tests.integration.rawclient import RawClient
 
 
 def records(tag: str) -> list[Record]:
@@ -56,3 +60,29 @@ def test_produce_and_fetch_match(brokers: Brokers, topic_name: str, producer: st
     ours = observe(brokers.headrace, topic_name, producer, codec)
     assert ours == reference
     assert reference["watermarks"] == (0, 80)  # type: ignore[index]
+
+
+def observe_log_start(bootstrap: str, topic: str) -> object:
+    create_topic(bootstrap, topic)
+    confluent_produce(bootstrap, topic, [Record(b"k", f"v{i}".encode(), (), 0, BASE_TIMESTAMP_MS)
+                                         for i in range(10)])
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    tp = TopicPartition(topic, 0, 4)
+    deleted = admin.delete_records([tp])[tp].result(10)
+    with RawClient(bootstrap) as c:
+        below_start = fetch(c, topic, 2)
+    return {
+        "deleted_low_watermark": deleted.low_watermark,
+        "watermarks": watermarks(bootstrap, topic),
+        "rows": [(o, v) for o, _, v, _, _ in read_partition(bootstrap, topic)],
+        "fetch_below_start": below_start,
+    }
+
+
+def test_log_start_offset_matches(brokers: Brokers, topic_name: str) -> None:
+    reference = observe_log_start(brokers.kafka, topic_name)
+    ours = observe_log_start(brokers.headrace, topic_name)
+    assert ours == reference
+    assert reference == {"deleted_low_watermark": 4, "watermarks": (4, 10),
+                         "rows": [(i, f"v{i}".encode()) for i in range(4, 10)],
+                         "fetch_below_start": (1, -1)}

@@ -5,10 +5,12 @@ transaction is open, and offsets committed inside a transaction."""
 from __future__ import annotations
 
 from confluent_kafka import Consumer, TopicPartition
+from kafka import KafkaConsumer, KafkaProducer
+from kafka import TopicPartition as KpTopicPartition
 from kafka.protocol.consumer import OffsetFetchRequest
 
 from tests.differential.conftest import Brokers
-from tests.differential.support import create_topic, read_partition, watermarks
+from tests.differential.support import create_topic, poll_until, read_partition, watermarks
 from tests.integration.rawclient import RawClient
 from tests.integration.txn_support import transactional_producer
 
@@ -89,3 +91,50 @@ def test_transactions_match(brokers: Brokers, topic_name: str) -> None:
         "committed": [(0, b"c1"), (1, b"c2")],
         "high_watermark": (0, 8), "last_stable": (0, 7)}
     assert reference["pending_offsets"] == [(0, 0, -1, ""), (0, 88, -1, "")]
+
+
+def kafka_python_observe(bootstrap: str, topic: str) -> dict[str, object]:
+    """The same shape of transactions through kafka-python's transactional producer, read
+    back with kafka-python at both isolation levels."""
+    create_topic(bootstrap, topic)
+    p = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"{topic}-kp-txn")
+    offsets: list[int] = []
+    try:
+        p.init_transactions()
+        for values, commit in (([b"c1", b"c2"], True), ([b"a1"], False), ([b"c3"], True)):
+            p.begin_transaction()
+            futures = [p.send(topic, value=v, key=b"k", partition=0) for v in values]
+            p.flush()
+            offsets += [f.get(10).offset for f in futures]
+            if commit:
+                p.commit_transaction()
+            else:
+                p.abort_transaction()
+    finally:
+        p.close()
+    views = {}
+    for isolation in ("read_uncommitted", "read_committed"):
+        c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
+                          isolation_level=isolation, fetch_max_wait_ms=50)
+        try:
+            tp = KpTopicPartition(topic, 0)
+            c.assign([tp])
+            c.seek_to_beginning(tp)
+            end = c.end_offsets([tp])[tp]
+            got: list[tuple[int, bytes]] = []
+            poll_until(f"{isolation} read to {end}", lambda c=c, got=got, tp=tp, end=end: (
+                got.extend((r.offset, r.value) for r in c.poll(100).get(tp, []))
+                or c.position(tp) >= end))
+            views[isolation] = (end, got)
+        finally:
+            c.close()
+    return {"offsets": offsets, "views": views}
+
+
+def test_kafka_python_transactions_match(brokers: Brokers, topic_name: str) -> None:
+    reference = kafka_python_observe(brokers.kafka, topic_name)
+    ours = kafka_python_observe(brokers.headrace, topic_name)
+    assert ours == reference
+    assert reference == {"offsets": [0, 1, 3, 5], "views": {
+        "read_uncommitted": (7, [(0, b"c1"), (1, b"c2"), (3, b"a1"), (5, b"c3")]),
+        "read_committed": (7, [(0, b"c1"), (1, b"c2"), (5, b"c3")])}}

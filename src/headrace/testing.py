@@ -210,7 +210,9 @@ class ApacheKafka(_ServerProcess):
         if not (self.data_dir / "logs" / "meta.properties").exists():
             cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
             fmt = subprocess.run(
-                self._java("kafka.tools.StorageTool", "format", "-t", cluster_id,
+                # "--cluster-id=": a random id may start with "-", which argparse4j
+                # would take for an option if passed as a separate argument.
+                self._java("kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
                            "-c", str(props)),
                 capture_output=True, text=True, timeout=120)
             if fmt.returncode != 0:

@@ -1,6 +1,6 @@
 """DescribeCluster (key 60), versions 0-1: this one broker, which is also the controller.
 
-Authorized operations are not computed (reported as "not requested").
+Authorized operations, when asked: everything, as Kafka without an authorizer answers.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from kafka.protocol.admin import DescribeClusterRequest, DescribeClusterResponse
 
 from headrace.broker.context import RequestContext
 from headrace.broker.registry import handles
+from headrace.protocol.acl_operations import CLUSTER_OPERATIONS, authorized
 
 
 @handles(DescribeClusterRequest, DescribeClusterResponse, max_version=1)
@@ -22,4 +23,6 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         cluster_id=state.logs.cluster_id, controller_id=node,
         brokers=[DescribeClusterResponse.DescribeClusterBroker(
             broker_id=node, host=state.advertised_host, port=state.port, rack=None)],
+        authorized_operations=authorized(request.include_cluster_authorized_operations,
+                                         CLUSTER_OPERATIONS),
     )

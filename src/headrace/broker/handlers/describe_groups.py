@@ -1,7 +1,8 @@
 """DescribeGroups (key 15), versions 0-6: state, protocol and members (with metadata and
 assignment once Stable) of classic groups. Unknown groups, and KIP-848 consumer groups,
 are described as Dead with no members up to v5; v6 answers GROUP_ID_NOT_FOUND with a
-message for them, as Kafka 4.3 does. Authorized operations are not computed."""
+message for them, as Kafka 4.3 does. Authorized operations (v3+, when asked): everything
+a group supports, as Kafka without an authorizer answers."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from kafka.protocol.admin import DescribeGroupsRequest, DescribeGroupsResponse
 from headrace.broker.context import RequestContext
 from headrace.broker.groups.group import GroupState
 from headrace.broker.registry import handles
+from headrace.protocol.acl_operations import GROUP_OPERATIONS, authorized
 from headrace.protocol.errors import ErrorCode
 
 _Group = DescribeGroupsResponse.DescribedGroup
@@ -21,6 +23,8 @@ _Member = _Group.DescribedGroupMember
 @handles(DescribeGroupsRequest, DescribeGroupsResponse, max_version=6)
 async def handle(ctx: RequestContext, request: Any) -> Any:
     described = []
+    operations = authorized(getattr(request, "include_authorized_operations", False),
+                            GROUP_OPERATIONS)
     for group_id in request.groups:
         if not group_id:
             described.append(_Group(error_code=ErrorCode.INVALID_GROUP_ID, group_id=group_id,
@@ -37,7 +41,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                            else f"Group {group_id} not found.")
             described.append(_Group(error_code=code, error_message=message, group_id=group_id,
                                     group_state=GroupState.DEAD.value, protocol_type="",
-                                    protocol_data="", members=[]))
+                                    protocol_data="", members=[],
+                                    authorized_operations=operations))
             continue
         # As Kafka: protocol, metadata and assignments only once Stable (during a
         # rebalance the members may not all speak the old protocol any more).
@@ -51,5 +56,6 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             for m in group.members.values()]
         described.append(_Group(error_code=0, group_id=group_id, group_state=group.state.value,
                                 protocol_type=group.protocol_type or "",
-                                protocol_data=protocol, members=members))
+                                protocol_data=protocol, members=members,
+                                authorized_operations=operations))
     return DescribeGroupsResponse(throttle_time_ms=0, groups=described)

@@ -72,13 +72,9 @@ def _read_all(
                     records_length=length))
             except (HeadraceError, OSError) as e:
                 had_error = True
-                hw, start = -1, -1
-                try:
-                    plog = logs.get_log(name, p.partition)
-                    hw, start = plog.log_end_offset, plog.log_start_offset
-                except HeadraceError:
-                    pass
-                parts.append(FetchPartition(p.partition, error_code_for(e), hw, hw, start,
+                # As Kafka: a partition that failed reports no offsets (-1), even
+                # OFFSET_OUT_OF_RANGE; clients ask ListOffsets where to go on.
+                parts.append(FetchPartition(p.partition, error_code_for(e), -1, -1, -1,
                                             None, -1, records=b"", records_length=0))
         out.append(FetchTopic(name, parts, topic_id))
     return out, total, had_error, regions

@@ -12,8 +12,10 @@ INVALID_REQUIRED_ACKS; for idempotent producers a retried duplicate gets its ori
 offset, a sequence gap OUT_OF_ORDER_SEQUENCE_NUMBER and a stale epoch
 INVALID_PRODUCER_EPOCH; control batches from clients INVALID_RECORD. Transactional
 batches open the producer's transaction in the partition (it holds back the last stable
-offset until its marker). Not implemented: verifying that the partition was added to
-the transaction (KIP-890). With message.timestamp.type=LogAppendTime each batch is
+offset until its marker) once verified as Kafka does (KIP-890 part 1): the request's
+transactional id must map to the batch's producer id and epoch, with the partition added
+to its Ongoing transaction (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+INVALID_PRODUCER_ID_MAPPING, INVALID_PRODUCER_EPOCH or INVALID_TXN_STATE). With message.timestamp.type=LogAppendTime each batch is
 stamped with the broker's clock (``log_validation``), answered in ``log_append_time_ms``.
 """
 
@@ -60,6 +62,11 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                 if any(h.is_control for h in headers):
                     raise KafkaProtocolError(ErrorCode.INVALID_RECORD,
                                              "control batches are written by the broker only")
+                for h in headers:
+                    if h.is_transactional:
+                        state.txns.verify_produce(request.transactional_id, h.producer_id,
+                                                  h.producer_epoch,
+                                                  (topic_data.name, pd.index))
                 headers, append_time = validate_for_log(
                     data, headers, partition_log.config, int(time.time() * 1000),
                     f"{topic_data.name}-{pd.index}")

@@ -178,6 +178,27 @@ class TransactionCoordinator:
         if t.state is not TxnState.ONGOING or offsets_partition not in t.partitions:
             raise KafkaProtocolError(ErrorCode.INVALID_TXN_STATE)
 
+    def verify_produce(self, transactional_id: str | None, producer_id: int,
+                       producer_epoch: int, partition: TopicPartition) -> None:
+        """Check a transactional batch before it is appended, as Kafka's produce-side
+        verification does (``transaction.partition.verification.enable``, KIP-890 part 1):
+        the batch's producer must be the transactional id's current incarnation, and the
+        partition in its Ongoing transaction. Raises TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        (no transactional id in the request), INVALID_PRODUCER_ID_MAPPING,
+        INVALID_PRODUCER_EPOCH (a fenced or future epoch) or INVALID_TXN_STATE (partition
+        not added). Never blocks; no side effects."""
+        if transactional_id is None:
+            raise KafkaProtocolError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                                     "transactional records need a transactional id")
+        t = self.txns.get(transactional_id)
+        if t is None or t.producer_id != producer_id:
+            raise KafkaProtocolError(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+        if producer_epoch != t.producer_epoch:
+            raise KafkaProtocolError(ErrorCode.INVALID_PRODUCER_EPOCH)
+        if t.state is not TxnState.ONGOING or partition not in t.partitions:
+            raise KafkaProtocolError(ErrorCode.INVALID_TXN_STATE,
+                                     "the partition was not added to the transaction")
+
     def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
                 committed: bool) -> set[PartitionLog]:
         """Commit or abort; returns the logs written (to fsync before answering)."""

@@ -26,6 +26,7 @@ counts) that checks the wiring, not the speed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import statistics
 import subprocess
@@ -34,6 +35,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import psutil  # type: ignore[import-untyped]
 
 from brokers import KAFKA_JVM_OPTS, BrokerSpec, create_topic, kafka_version, running
 from report import (
@@ -58,10 +61,11 @@ class Sizes:
     partitions: tuple[int, ...]
     acks: tuple[str, ...]
     latency_records: int
+    warmup_records: int  # 100 B records produced and consumed first, not measured
 
 
-FULL = Sizes({100: 1_000_000, 1024: 300_000}, (1, 6), ("1", "all"), 5_000)
-QUICK = Sizes({100: 20_000}, (1,), ("all",), 200)
+FULL = Sizes({100: 1_000_000, 1024: 300_000}, (1, 6), ("1", "all"), 5_000, 500_000)
+QUICK = Sizes({100: 20_000}, (1,), ("all",), 200, 0)
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,22 @@ class Cell:
 class Rates:
     records_per_s: list[float] = field(default_factory=list)
     mb_per_s: list[float] = field(default_factory=list)
+    # Broker CPU (user + system, all its threads and child processes) per million records.
+    cpu_s_per_m: list[float] = field(default_factory=list)
+
+
+def broker_cpu_s(pid: int) -> float:
+    """CPU seconds used so far by the broker process and its children."""
+    total = 0.0
+    try:
+        root = psutil.Process(pid)
+        for proc in (root, *root.children(recursive=True)):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                t = proc.cpu_times()
+                total += t.user + t.system
+    except psutil.NoSuchProcess:
+        pass
+    return total
 
 
 @dataclass
@@ -172,9 +192,19 @@ def end_to_end(bootstrap: str, topic: str, records: int) -> tuple[float, float, 
 
 
 def run_broker(spec: BrokerSpec, sizes: Sizes, results: Results) -> None:
-    """One fresh broker: every produce cell, every consume cell, then the latency test."""
+    """One fresh broker: a warm-up (so that a JVM broker's JIT has compiled its hot paths),
+    every produce cell, every consume cell, then the latency test."""
     with running(spec) as broker:
         bs = broker.bootstrap_servers
+        if sizes.warmup_records:
+            try:
+                create_topic(bs, "perf-warmup", 6)
+                produce(bs, "perf-warmup", sizes.warmup_records, 100, "1")
+                consume(bs, "perf-warmup", sizes.warmup_records)
+            except (RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
+                results.errors.append(f"{spec.name} warm-up: {e}")
+                print(f"  {spec.name} warm-up: FAILED {e}", flush=True)
+                return
         for size, records in sizes.records.items():
             for parts in sizes.partitions:
                 for acks in sizes.acks:
@@ -182,7 +212,9 @@ def run_broker(spec: BrokerSpec, sizes: Sizes, results: Results) -> None:
                     cell = Cell("produce", size, parts, acks)
                     try:
                         create_topic(bs, topic, parts)
+                        cpu0 = broker_cpu_s(broker.pid)
                         rps, mbps = produce(bs, topic, records, size, acks)
+                        cpu = (broker_cpu_s(broker.pid) - cpu0) / records * 1e6
                     except (RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
                         results.errors.append(f"{spec.name} {cell}: {e}")
                         print(f"  {spec.name} {cell}: FAILED {e}", flush=True)
@@ -190,12 +222,16 @@ def run_broker(spec: BrokerSpec, sizes: Sizes, results: Results) -> None:
                     r = results.rates.setdefault((spec.kind, cell), Rates())
                     r.records_per_s.append(rps)
                     r.mb_per_s.append(mbps)
+                    r.cpu_s_per_m.append(cpu)
                     print(f"  {spec.name:9} produce {size:>5} B x{parts} acks={acks:3}: "
-                          f"{rps:12,.0f} rec/s {mbps:8.1f} MB/s", flush=True)
+                          f"{rps:12,.0f} rec/s {mbps:8.1f} MB/s, broker CPU {cpu:6.2f} s/M",
+                          flush=True)
                 cell = Cell("consume", size, parts, "-")
                 topic = f"perf-{size}b-{parts}p-acks{sizes.acks[-1]}"
                 try:
+                    cpu0 = broker_cpu_s(broker.pid)
                     rps, mbps = consume(bs, topic, records)
+                    cpu = (broker_cpu_s(broker.pid) - cpu0) / records * 1e6
                 except (RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
                     results.errors.append(f"{spec.name} {cell}: {e}")
                     print(f"  {spec.name} {cell}: FAILED {e}", flush=True)
@@ -203,8 +239,10 @@ def run_broker(spec: BrokerSpec, sizes: Sizes, results: Results) -> None:
                 r = results.rates.setdefault((spec.kind, cell), Rates())
                 r.records_per_s.append(rps)
                 r.mb_per_s.append(mbps)
+                r.cpu_s_per_m.append(cpu)
                 print(f"  {spec.name:9} consume {size:>5} B x{parts}         : "
-                      f"{rps:12,.0f} rec/s {mbps:8.1f} MB/s", flush=True)
+                      f"{rps:12,.0f} rec/s {mbps:8.1f} MB/s, broker CPU {cpu:6.2f} s/M",
+                      flush=True)
         topic = "perf-latency"
         try:
             create_topic(bs, topic, 1)
@@ -251,6 +289,7 @@ def render(results: Results, specs: Sequence[BrokerSpec], sizes: Sizes) -> str:
     for test in ("produce", "consume"):
         headers = ["record", "partitions", *(["acks"] if test == "produce" else [])]
         headers += [f"{names[k]} rec/s" for k in kinds] + [f"{names[k]} MB/s" for k in kinds]
+        headers += [f"{names[k]} CPU s/M" for k in kinds]
         if REFERENCE in kinds:
             headers += [f"{names[k]}/Kafka" for k in others]
         rows: list[list[str]] = []
@@ -262,6 +301,7 @@ def render(results: Results, specs: Sequence[BrokerSpec], sizes: Sizes) -> str:
                     row = [f"{size} B", str(parts), *([acks] if test == "produce" else [])]
                     row += [_with_spread(rates[k].records_per_s) for k in kinds]
                     row += [_with_spread(rates[k].mb_per_s, 1) for k in kinds]
+                    row += [_with_spread(rates[k].cpu_s_per_m, 2) for k in kinds]
                     if REFERENCE in kinds:
                         ref = _median(rates[REFERENCE].records_per_s)
                         row += [_ratio(_median(rates[k].records_per_s), ref) for k in others]
@@ -308,8 +348,13 @@ def notes(sizes: Sizes, runs: int) -> list[str]:
         f"latency: EndToEndLatency <bootstrap> perf-latency {sizes.latency_records} all 100 "
         "(synchronous send, ack, then poll; one partition); the tool reports "
         "percentiles in whole milliseconds",
-        f"each broker started fresh for each of {runs} run(s); median over runs, ± is half "
+        f"each broker started fresh for each of {runs} run(s), then warmed up with "
+        f"{sizes.warmup_records:,} x 100 B records produced and consumed (not measured), so that "
+        "Kafka's JIT has compiled its hot paths; median over runs, ± is half "
         "the spread (max - min) / median; ratios are medians over medians",
+        "CPU s/M: the broker's CPU seconds (user + system, all threads and child processes, "
+        "from /proc) per million records while the tool ran, including the tool's start-up "
+        "and the consumer's group join",
         "client tools and broker share the machine's 2 cores; the machine is shared with "
         "other engineers' test runs, so figures are noisy",
     ]

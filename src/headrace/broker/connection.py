@@ -124,16 +124,17 @@ class Connection:
                 head = _CORRELATION.pack(item.header.correlation_id)
                 if item.flexible:
                     head += b"\x00"  # response header v1: no tagged fields
+                # One write per response (one send(2) for most): the size, header and
+                # body are joined rather than written one after the other.
                 if isinstance(response, FramedResponse):
                     try:
-                        self.writer.write(_SIZE.pack(len(head) + response.size) + head)
-                        await write_parts(self.writer, response.parts)
+                        await write_parts(self.writer, response.parts,
+                                          _SIZE.pack(len(head) + response.size) + head)
                     finally:
                         response.close()
                 else:
                     body = response.encode(version=item.version)
-                    self.writer.write(_SIZE.pack(len(head) + len(body)) + head)
-                    self.writer.write(body)
+                    self.writer.write(b"".join((_SIZE.pack(len(head) + len(body)), head, body)))
                 if self.writer.transport.get_write_buffer_size() > 4 * 1024 * 1024:
                     await self.writer.drain()
         except (ConnectionError, OSError):

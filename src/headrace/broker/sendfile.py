@@ -43,19 +43,31 @@ def _length(part: object) -> int:
     raise TypeError(f"response part of type {type(part).__name__}")
 
 
-async def write_parts(writer: asyncio.StreamWriter, parts: list[object]) -> None:
-    """Write ``parts`` in order. Raises ConnectionError/OSError when the peer goes away."""
+async def write_parts(writer: asyncio.StreamWriter, parts: list[object],
+                      prefix: bytes = b"") -> None:
+    """Write ``prefix`` then ``parts`` in order. Raises ConnectionError/OSError when the
+    peer goes away.
+
+    Consecutive bytes (framing, and small regions read into memory) go to the transport
+    as one write, i.e. one ``send(2)`` when the socket has room: a response of small parts
+    costs one system call rather than one per part."""
     sock = writer.get_extra_info("socket")
+    pending: list[bytes] = [prefix] if prefix else []
     for part in parts:
         if isinstance(part, bytes):
-            writer.write(part)
+            pending.append(part)
         elif not isinstance(part, FileRegion):
             raise TypeError(f"response part of type {type(part).__name__}")
         elif part.length < SENDFILE_MIN_BYTES or sock is None:
-            writer.write(part.read())
+            pending.append(part.read())
         else:
+            if pending:
+                writer.write(b"".join(pending))
+                pending = []
             await _drain_completely(writer)
             await _sendfile(sock.fileno(), part)
+    if pending:
+        writer.write(b"".join(pending))
 
 
 async def _drain_completely(writer: asyncio.StreamWriter) -> None:

@@ -31,6 +31,9 @@ class _IndexFile:
         if usable != size:  # a torn entry from a crash: drop it
             os.ftruncate(self._fd, usable)
         self.entries = usable // entry.size
+        # The last entry, kept in memory: appends compare against it on every batch, and a
+        # pread per append was a system call per produced batch.
+        self._last: tuple[int, int] | None = self._get(self.entries - 1) if self.entries else None
 
     def _get(self, i: int) -> tuple[int, int]:
         raw = os.pread(self._fd, self._entry.size, i * self._entry.size)
@@ -40,6 +43,7 @@ class _IndexFile:
     def _append(self, a: int, b: int) -> None:
         os.pwrite(self._fd, self._entry.pack(a, b), self.entries * self._entry.size)
         self.entries += 1
+        self._last = (a, b)
 
     def _floor(self, key: int, field: int) -> int:
         """Index of the last entry whose ``field`` is <= key, or -1."""
@@ -55,11 +59,12 @@ class _IndexFile:
         return found
 
     def last(self) -> tuple[int, int] | None:
-        return self._get(self.entries - 1) if self.entries else None
+        return self._last
 
     def truncate(self, entries: int) -> None:
         os.ftruncate(self._fd, entries * self._entry.size)
         self.entries = entries
+        self._last = self._get(entries - 1) if entries else None
 
     def flush(self) -> None:
         os.fsync(self._fd)

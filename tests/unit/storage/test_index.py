@@ -6,7 +6,7 @@ import struct
 import tempfile
 from pathlib import Path
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from headrace.storage.index import OffsetIndex, TimeIndex
@@ -174,4 +174,27 @@ def test_time_index_is_strictly_increasing_and_lookup_is_conservative(entries, p
         for probe in probes:
             before = [rel for ts, rel in kept if ts < probe]
             assert idx.lookup(probe) == (before[-1] if before else 0)
+        idx.close()
+
+
+@settings(deadline=None)  # file I/O on a shared machine: no per-example time limit
+@given(st.lists(st.one_of(st.tuples(st.just("append"), st.integers(0, 10**6)),
+                          st.tuples(st.just("truncate"), st.integers(0, 30)),
+                          st.just(("reopen", 0))), max_size=40))
+def test_last_entry_always_matches_the_file(ops) -> None:
+    """``last()`` is served from memory; it must equal the file's last entry after any mix
+    of appends, truncations and reopening."""
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "0.timeindex"
+        idx = TimeIndex(path)
+        for op, n in ops:
+            if op == "append":
+                idx.append(n, n // 7)
+            elif op == "truncate":
+                idx.truncate(min(n, idx.entries))
+            else:
+                idx.close()
+                idx = TimeIndex(path)
+            on_disk = idx._get(idx.entries - 1) if idx.entries else None
+            assert idx.last() == on_disk
         idx.close()

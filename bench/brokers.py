@@ -18,7 +18,6 @@ group, SIGKILL after a grace period).
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import os
 import shutil
@@ -28,7 +27,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +36,8 @@ import psutil  # type: ignore[import-untyped]
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
+
+from headrace.testing import format_kraft_storage, kafka_java_command, write_kraft_properties
 
 REPO = Path(__file__).resolve().parent.parent
 START_TIMEOUT_S = 60.0
@@ -124,50 +124,6 @@ def kafka_version() -> str:
     return "?"
 
 
-def _kafka_java(main: str, *args: str) -> list[str]:
-    from headrace import jvm
-
-    log_config = jvm.lib_dir().parent / "kafka" / "config" / "log4j2.yaml"
-    return [jvm.java_executable(), *KAFKA_JVM_OPTS, f"-Dlog4j2.configurationFile={log_config}",
-            "-cp", jvm.classpath("kafka"), main, *args]
-
-
-def _kafka_properties(port: int, data_dir: Path) -> Path:
-    """A single-node KRaft ``server.properties``; Kafka's defaults for everything durable."""
-    controller = free_port()
-    props = {
-        "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.voters": f"1@127.0.0.1:{controller}",
-        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
-        "controller.listener.names": "CONTROLLER",
-        "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-        "log.dirs": str(data_dir),
-        "offsets.topic.replication.factor": "1",
-        "offsets.topic.num.partitions": "1",
-        "transaction.state.log.replication.factor": "1",
-        "transaction.state.log.min.isr": "1",
-        "share.coordinator.state.topic.replication.factor": "1",
-        "share.coordinator.state.topic.min.isr": "1",
-        "group.initial.rebalance.delay.ms": "0",
-    }
-    path = data_dir.parent / "server.properties"
-    path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-    return path
-
-
-def _format_kafka(props: Path, log_path: Path) -> None:
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-    fmt = subprocess.run(
-        _kafka_java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)),
-        capture_output=True, text=True, timeout=120)
-    log_path.write_text(fmt.stdout + fmt.stderr)
-    if fmt.returncode != 0:
-        raise RuntimeError(f"formatting Kafka's storage failed:\n{fmt.stdout}{fmt.stderr}")
-
-
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -206,10 +162,11 @@ def _command(spec: BrokerSpec, port: int, data_dir: Path | None) -> list[str]:
         ]
     if spec.kind == "kafka":
         assert data_dir is not None
-        props = _kafka_properties(port, data_dir)
+        props = write_kraft_properties(data_dir.parent / "server.properties", "127.0.0.1",
+                                       port, free_port(), data_dir)
         if not (data_dir / "meta.properties").exists():
-            _format_kafka(props, data_dir.parent / "format.log")
-        return _kafka_java("kafka.Kafka", str(props))
+            format_kraft_storage(props, KAFKA_JVM_OPTS)
+        return kafka_java_command("kafka.Kafka", str(props), jvm_options=KAFKA_JVM_OPTS)
     raise ValueError(f"unknown broker kind {spec.kind!r}")
 
 

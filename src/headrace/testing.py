@@ -18,6 +18,7 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -169,56 +170,18 @@ class ApacheKafka(_ServerProcess):
     def bootstrap_servers(self) -> str:
         return f"{self.host}:{self.port}"
 
-    def _properties(self) -> Path:
-        props = {
-            "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.voters": f"1@{self.host}:{self.controller_port}",
-            "listeners": (f"PLAINTEXT://{self.host}:{self.port},"
-                          f"CONTROLLER://{self.host}:{self.controller_port}"),
-            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
-            "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-            "log.dirs": str(self.data_dir / "logs"),
-            "offsets.topic.replication.factor": "1",
-            "offsets.topic.num.partitions": "1",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
-            "transaction.state.log.num.partitions": "1",
-            "share.coordinator.state.topic.replication.factor": "1",
-            "share.coordinator.state.topic.min.isr": "1",
-            "group.initial.rebalance.delay.ms": "0",
-            **self.configs,
-        }
-        path = self.data_dir / "server.properties"
-        path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-        return path
-
-    def _java(self, main: str, *args: str) -> list[str]:
-        from headrace import jvm
-        log_config = jvm.lib_dir().parent / "kafka" / "config" / "log4j2.yaml"
-        return [jvm.java_executable(), f"-Xmx{self.heap}", "-XX:+UseG1GC",
-                f"-Dlog4j2.configurationFile={log_config}", "-Djava.awt.headless=true",
-                "-cp", jvm.classpath("kafka"), main, *args]
-
     def start(self) -> ApacheKafka:
         """Format the storage on first start, start the JVM, wait until ready. Blocks."""
         if self.process is not None and self.process.poll() is None:
             raise EmbeddedBrokerError("Apache Kafka already running")
-        props = self._properties()
+        props = write_kraft_properties(self.data_dir / "server.properties", self.host,
+                                       self.port, self.controller_port,
+                                       self.data_dir / "logs", self.configs)
+        jvm_options = [f"-Xmx{self.heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true"]
         if not (self.data_dir / "logs" / "meta.properties").exists():
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-            fmt = subprocess.run(
-                # "--cluster-id=": a random id may start with "-", which argparse4j
-                # would take for an option if passed as a separate argument.
-                self._java("kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
-                           "-c", str(props)),
-                capture_output=True, text=True, timeout=120)
-            if fmt.returncode != 0:
-                raise EmbeddedBrokerError(
-                    f"formatting Kafka's storage failed:\n{fmt.stdout}{fmt.stderr}")
-        self.process = subprocess.Popen(self._java("kafka.Kafka", str(props)),
+            format_kraft_storage(props, jvm_options)
+        self.process = subprocess.Popen(kafka_java_command("kafka.Kafka", str(props),
+                                                           jvm_options=jvm_options),
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         text=True)
         self._wait_ready(self.READY_MARKER, self.start_timeout, "Apache Kafka")
@@ -235,6 +198,58 @@ class ApacheKafka(_ServerProcess):
                  tb: TracebackType | None) -> None:
         self.stop()
         shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+def write_kraft_properties(path: Path, host: str, port: int, controller_port: int,
+                           log_dir: Path, configs: dict[str, str] | None = None) -> Path:
+    """Write a single-node KRaft ``server.properties`` (broker and controller in one
+    process, single-replica internal topics, Kafka's defaults for everything durable) with
+    ``configs`` on top; returns ``path``."""
+    props = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@{host}:{controller_port}",
+        "listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://{host}:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "log.dirs": str(log_dir),
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "1",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "1",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "group.initial.rebalance.delay.ms": "0",
+        **(configs or {}),
+    }
+    path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    return path
+
+
+def kafka_java_command(main: str, *args: str, jvm_options: Sequence[str] = ()) -> list[str]:
+    """``java`` running ``main`` on Apache Kafka's classpath (``jvm/lib/kafka``) with quiet
+    logging (``jvm/kafka/config/log4j2.yaml``). Raises ``JvmUnavailableError``."""
+    from headrace import jvm
+    log_config = jvm.lib_dir().parent / "kafka" / "config" / "log4j2.yaml"
+    return [jvm.java_executable(), *jvm_options, f"-Dlog4j2.configurationFile={log_config}",
+            "-cp", jvm.classpath("kafka"), main, *args]
+
+
+def format_kraft_storage(properties: Path, jvm_options: Sequence[str] = ()) -> None:
+    """Format the log directory of ``properties`` with a fresh random cluster id (Kafka's
+    ``kafka-storage.sh format``). Blocks a few seconds; raises ``EmbeddedBrokerError``."""
+    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    fmt = subprocess.run(
+        # "--cluster-id=": a random id may start with "-", which argparse4j would take for
+        # an option if passed as a separate argument.
+        kafka_java_command("kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
+                           "-c", str(properties), jvm_options=jvm_options),
+        capture_output=True, text=True, timeout=120)
+    if fmt.returncode != 0:
+        raise EmbeddedBrokerError(f"formatting Kafka's storage failed:\n{fmt.stdout}{fmt.stderr}")
 
 
 def _free_port(host: str) -> int:

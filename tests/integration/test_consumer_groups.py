@@ -27,13 +27,8 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, NewPartitions
 
 from headrace.testing import EmbeddedBroker
-from tests.integration.kip848_members import (
-    Member,
-    check_never_owned_twice,
-    create_topic,
-    produce,
-    wait_until,
-)
+from tests.integration.kip848_members import Member, check_never_owned_twice, produce
+from tests.integration.test_groups import create_topic, wait_until
 
 SESSION_MS = 4000
 HEARTBEAT_MS = 200

@@ -20,7 +20,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from headrace import jvm
 from headrace.testing import EmbeddedBroker
-from tests.integration.kip848_members import Member, produce, wait_until
+from tests.integration.kip848_members import Member, produce
+from tests.integration.test_groups import wait_until
 
 SOURCE = Path(__file__).parent / "java" / "Kip848Consumer.java"
 

@@ -425,10 +425,23 @@ def test_default_after_max_ms_is_one_hour(brokers: Brokers, topic_name: str) -> 
     assert reference[0] == 32 and [i for i, _ in reference[4]] == [1]
 
 
-def build_timestamped_batch(records: list[tuple[bytes | None, bytes, int]]) -> bytes:
+def test_understated_max_timestamp_is_trusted(brokers: Brokers, topic_name: str) -> None:
+    """Deliberate difference (COMPATIBILITY.md): with before.max.ms unlimited, headrace
+    checks a non-compacted batch's declared max timestamp, not each record."""
+    now = int(time.time() * 1000)
+    records = build_timestamped_batch([(b"k", b"v", now), (b"k", b"v", now + 2 * 3600 * 1000)],
+                                      max_timestamp=now)
+    assert record_errors_of(brokers.kafka, topic_name, {}, records, 9)[0] == 32
+    assert record_errors_of(brokers.headrace, topic_name, {}, records, 9)[0] == 0
+
+
+def build_timestamped_batch(records: list[tuple[bytes | None, bytes, int]],
+                            max_timestamp: int | None = None) -> bytes:
     """An uncompressed v2 batch whose records carry their own CreateTime timestamps
-    (the first is the base timestamp; the max is declared as the batch's)."""
-    base, top = records[0][2], max(ts for _, _, ts in records)
+    (the first is the base timestamp; the batch declares ``max_timestamp``, by default
+    the real one)."""
+    base = records[0][2]
+    top = max(ts for _, _, ts in records) if max_timestamp is None else max_timestamp
     body = b"".join(encode_record(i, ts - base, k, v) for i, (k, v, ts) in enumerate(records))
     tail = struct.pack(">hiqqqhii", 0, len(records) - 1, base, top, -1, -1, -1,
                        len(records)) + body

@@ -45,6 +45,7 @@ from tests.compat.wire import (
     assert_stored_codec,
     stored_batches,
 )
+from tests.conftest import AnyBroker
 
 
 @pytest.fixture
@@ -303,3 +304,31 @@ def test_seek_to_an_offset(
     consumer.seek(TopicPartition(topic_name, 0, OFFSET_BEGINNING))
     first = consumer.poll(TIMEOUT)
     assert first is not None and (first.offset(), first.value()) == (0, b"v0")
+
+
+def test_null_keys_fail_alone_in_a_compacted_batch(any_broker: AnyBroker, topic_name: str) -> None:
+    """librdkafka's 0011_produce_batch: one batch of 100 records to a compacted topic, 10
+    without a key. The broker names those 10 (record_errors), so librdkafka fails them
+    with INVALID_RECORD and the other 90 with _INVALID_DIFFERENT_RECORD; nothing is
+    appended."""
+    bootstrap = any_broker.bootstrap_servers
+    create(AdminClient({"bootstrap.servers": bootstrap}), topic_name, 1,
+           **{"cleanup.policy": "compact"})
+    null_keys = {i * 10 + 7 for i in range(10)}
+    reports: dict[int, int] = {}
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 10000,
+                         "batch.num.messages": 100, "message.timeout.ms": 30000})
+    for i in range(100):
+        producer.produce(topic_name, value=b"%d" % i, partition=0,
+                         key=None if i in null_keys else b"k%d" % i,
+                         on_delivery=lambda err, msg, i=i: reports.__setitem__(
+                             i, err.code() if err is not None else 0))
+    assert producer.flush(TIMEOUT) == 0
+    assert {i for i, code in reports.items() if code == KafkaError.INVALID_RECORD} == null_keys
+    assert {i for i, code in reports.items()
+            if code == KafkaError._INVALID_DIFFERENT_RECORD} == set(range(100)) - null_keys
+    watcher = Consumer({"bootstrap.servers": bootstrap, "group.id": "headrace-compat-unused"})
+    try:
+        assert watcher.get_watermark_offsets(TopicPartition(topic_name, 0), TIMEOUT) == (0, 0)
+    finally:
+        watcher.close()

@@ -6,9 +6,11 @@ are free text); codes, offsets and whether the connection survives are."""
 from __future__ import annotations
 
 import struct
+import time
 from collections.abc import Callable
 from typing import Any
 
+import crc32c
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from kafka.protocol.admin import (
@@ -28,7 +30,7 @@ from kafka.protocol.producer import (
     ProduceRequest,
 )
 
-from headrace.protocol.records import build_batch
+from headrace.protocol.records import build_batch, encode_record
 from tests.differential.conftest import Brokers
 from tests.differential.support import create_topic, poll_until
 from tests.integration.rawclient import RawClient
@@ -333,3 +335,114 @@ def test_error_codes_match(brokers: Brokers, topic_name: str, case: str) -> None
     ours = observe(brokers.headrace, topic_name, case)
     assert ours == reference
     assert reference == CASES[case][1]
+
+
+def record_errors_of(bootstrap: str, topic: str, configs: dict[str, str], records: bytes,
+                     version: int) -> tuple[Any, ...]:
+    """Produce ``records`` once; the partition's code, error message, log start offset,
+    record errors (timestamp ranges, which depend on each broker's clock, blanked) and
+    the high watermark afterwards."""
+    create_topic(bootstrap, topic, configs=configs)
+    P = ProduceRequest
+    req = P(transactional_id=None, acks=-1, timeout_ms=5000, topic_data=[
+        P.TopicProduceData(name=topic, partition_data=[
+            P.TopicProduceData.PartitionProduceData(index=0, records=records)])])
+    with RawClient(bootstrap) as c:
+        part = c.request(req, version).responses[0].partition_responses[0]
+        errors = [(e.batch_index, e.batch_index_error_message.split(" within ")[0])
+                  for e in getattr(part, "record_errors", None) or []]
+        return (part.error_code, getattr(part, "error_message", None), part.base_offset,
+                part.log_start_offset, errors, fetch(c, topic)[1])
+
+
+NULL_KEYS = [i * 10 + 3 for i in range(10)]
+
+
+@pytest.mark.parametrize("version", [8, 9, 11])
+def test_null_keys_in_compacted_topic_are_named_per_record(
+        brokers: Brokers, topic_name: str, version: int) -> None:
+    """librdkafka's 0011_produce_batch: 100 records, 10 without a key, to a compacted
+    topic: INVALID_RECORD naming exactly those 10, and nothing of the batch appended."""
+    records = build_batch([(None if i in NULL_KEYS else b"k%d" % i, b"v") for i in range(100)])
+    reference = record_errors_of(brokers.kafka, topic_name, {"cleanup.policy": "compact"},
+                                 records, version)
+    ours = record_errors_of(brokers.headrace, topic_name, {"cleanup.policy": "compact"},
+                            records, version)
+    assert ours == reference
+    message = f"Compacted topic cannot accept message without key in topic partition {topic_name}-0"
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{message}')" for i in NULL_KEYS[:3])
+    assert reference == (
+        87, "One or more records have been rejected due to 10 record errors in total, and only "
+        f"showing the first three errors at most: [{shown}]", -1, 0,
+        [(i, message) for i in NULL_KEYS], 0)
+
+
+def test_before_v8_a_null_key_fails_the_partition_alone(brokers: Brokers, topic_name: str) -> None:
+    records = build_batch([(None, b"v"), (b"k", b"v")])
+    reference = record_errors_of(brokers.kafka, topic_name, {"cleanup.policy": "compact"},
+                                 records, 7)
+    ours = record_errors_of(brokers.headrace, topic_name, {"cleanup.policy": "compact"},
+                            records, 7)
+    assert ours == reference == (87, None, -1, 0, [], 0)
+
+
+def test_timestamps_out_of_range_are_named_per_record(brokers: Brokers, topic_name: str) -> None:
+    """message.timestamp.before/after.max.ms refuse records one by one (INVALID_TIMESTAMP,
+    which wins over a null key in the same batch, whose record keeps its own message)."""
+    now = int(time.time() * 1000)
+    hour = 3600 * 1000
+    stamps = [now, now - hour, now + hour, now, 0, -1]  # -1: no timestamp, never checked
+    configs = {"cleanup.policy": "compact", "message.timestamp.before.max.ms": "600000",
+               "message.timestamp.after.max.ms": "600000"}
+
+    def batch() -> bytes:
+        # Records with their own timestamps: one batch per record, then spliced into one.
+        return build_timestamped_batch(
+            [(None if i == 3 else b"k", b"v", ts) for i, ts in enumerate(stamps)])
+
+    reference = record_errors_of(brokers.kafka, topic_name, configs, batch(), 9)
+    ours = record_errors_of(brokers.headrace, topic_name, configs, batch(), 9)
+    assert ours == reference
+    key_message = ("Compacted topic cannot accept message without key in topic partition "
+                   f"{topic_name}-0")
+    assert reference == (32, "One or more records have been rejected due to invalid timestamp",
+                         -1, 0, [
+                             (1, f"Timestamp {now - hour} of message with offset 1 is out of "
+                                 "range. The timestamp should be"),
+                             (2, f"Timestamp {now + hour} of message with offset 2 is out of "
+                                 "range. The timestamp should be"),
+                             (3, key_message),
+                             (4, "Timestamp 0 of message with offset 4 is out of range. The "
+                                 "timestamp should be")], 0)
+
+
+def test_default_after_max_ms_is_one_hour(brokers: Brokers, topic_name: str) -> None:
+    now = int(time.time() * 1000)
+    records = build_timestamped_batch([(b"k", b"v", 0), (b"k", b"v", now + 2 * 3600 * 1000)])
+    reference = record_errors_of(brokers.kafka, topic_name, {}, records, 9)
+    ours = record_errors_of(brokers.headrace, topic_name, {}, records, 9)
+    assert ours == reference
+    assert reference[0] == 32 and [i for i, _ in reference[4]] == [1]
+
+
+def test_understated_max_timestamp_is_trusted(brokers: Brokers, topic_name: str) -> None:
+    """Deliberate difference (COMPATIBILITY.md): with before.max.ms unlimited, headrace
+    checks a non-compacted batch's declared max timestamp, not each record."""
+    now = int(time.time() * 1000)
+    records = build_timestamped_batch([(b"k", b"v", now), (b"k", b"v", now + 2 * 3600 * 1000)],
+                                      max_timestamp=now)
+    assert record_errors_of(brokers.kafka, topic_name, {}, records, 9)[0] == 32
+    assert record_errors_of(brokers.headrace, topic_name, {}, records, 9)[0] == 0
+
+
+def build_timestamped_batch(records: list[tuple[bytes | None, bytes, int]],
+                            max_timestamp: int | None = None) -> bytes:
+    """An uncompressed v2 batch whose records carry their own CreateTime timestamps
+    (the first is the base timestamp; the batch declares ``max_timestamp``, by default
+    the real one)."""
+    base = records[0][2]
+    top = max(ts for _, _, ts in records) if max_timestamp is None else max_timestamp
+    body = b"".join(encode_record(i, ts - base, k, v) for i, (k, v, ts) in enumerate(records))
+    tail = struct.pack(">hiqqqhii", 0, len(records) - 1, base, top, -1, -1, -1,
+                       len(records)) + body
+    return struct.pack(">qiibI", 0, 4 + 1 + 4 + len(tail), 0, 2, crc32c.crc32c(tail)) + tail

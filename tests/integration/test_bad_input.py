@@ -3,7 +3,9 @@ that one connection, and the broker keeps serving everyone else."""
 
 from __future__ import annotations
 
+import socket
 import struct
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -166,3 +168,23 @@ def test_fuzzed_requests_never_take_the_broker_down(
         c.send_raw(frame(api_key, version, body))
         c.read_frame()  # an answer or None (closed): both are fine
     assert healthy(strict_broker.bootstrap_servers)
+
+
+def test_client_gone_before_its_responses_is_not_an_error() -> None:
+    """A client that sends requests and disconnects before reading the answers is normal
+    traffic: nothing at ERROR, no traceback, and the broker keeps serving."""
+    metadata = MetadataRequest(topics=None, allow_auto_topic_creation=False)
+    metadata.with_header(correlation_id=1, client_id="gone")
+    many = bytes(metadata.encode(version=12, header=True, framed=True)) * 200
+    with EmbeddedBroker() as b:
+        host, port = b.bootstrap_servers.rsplit(":", 1)
+        for i in range(20):
+            with socket.create_connection((host, int(port))) as s:
+                s.sendall(many)
+                if i % 2:  # a reset rather than an orderly close
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        assert healthy(b.bootstrap_servers)
+        # The answer above went out after every earlier connection's writes had failed.
+        time.sleep(0.5)
+        noisy = [line for line in b.output if "ERROR" in line or "Traceback" in line]
+        assert noisy == []

@@ -137,10 +137,18 @@ class Connection:
                     self.writer.write(b"".join((_SIZE.pack(len(head) + len(body)), head, body)))
                 if self.writer.transport.get_write_buffer_size() > 4 * 1024 * 1024:
                     await self.writer.drain()
-        except (ConnectionError, OSError):
+        except (ConnectionError, OSError) as e:
+            # The client went away before its responses: normal traffic, not an error.
+            log.debug("%s: peer gone while writing a response (%r); closing", self.peer, e)
             self.writer.transport.abort()  # the reader sees the close and ends too
         except asyncio.CancelledError:
             raise
+        except RuntimeError as e:
+            if not self.writer.transport.is_closing():
+                log.exception("%s: writing a response failed; closing", self.peer)
+            else:  # uvloop raises RuntimeError writing to a transport the peer closed
+                log.debug("%s: peer gone while writing a response (%r); closing", self.peer, e)
+            self.writer.transport.abort()
         except Exception:
             log.exception("%s: writing a response failed; closing", self.peer)
             self.writer.transport.abort()

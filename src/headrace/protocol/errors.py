@@ -6,6 +6,7 @@ code in their response at the boundary.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import IntEnum
 
 from headrace.errors import HeadraceError
@@ -91,3 +92,14 @@ class KafkaProtocolError(HeadraceError):
     def __init__(self, code: ErrorCode, message: str = "") -> None:
         super().__init__(message or code.name)
         self.code = code
+
+
+class RecordValidationError(KafkaProtocolError):
+    """Records of one batch refused one by one (Kafka's RecordValidationException): the
+    whole batch is rejected, and ``record_errors`` names each refused record by its index
+    in the batch, with a message (Produce v8+ answers them in ``record_errors``)."""
+
+    def __init__(self, code: ErrorCode, message: str,
+                 record_errors: Sequence[tuple[int, str]]) -> None:
+        super().__init__(code, message)
+        self.record_errors = tuple(record_errors)

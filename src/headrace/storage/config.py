@@ -56,6 +56,10 @@ class LogConfig:
     # Largest record batch a producer may append (Kafka's max.message.bytes).
     max_message_bytes: int = 1024 * 1024 + 12
     message_timestamp_type: str = "CreateTime"
+    # CreateTime records may be at most this much older / newer than the broker's clock
+    # (Kafka 4's defaults: no limit in the past, one hour ahead).
+    message_timestamp_before_max_ms: int = LONG_MAX
+    message_timestamp_after_max_ms: int = 3600 * 1000
     # Kafka's producer.id.expiration.ms (a broker setting, not a topic config).
     producer_id_expiration_ms: int = 24 * 3600 * 1000
 
@@ -208,6 +212,13 @@ CONFIG_DEFS: dict[str, ConfigDef] = dict([
          "log.message.timestamp.type",
          "CreateTime: the producer's timestamps; LogAppendTime: the broker's clock",
          choices=TIMESTAMP_TYPES),
+    _def("message.timestamp.before.max.ms", "message_timestamp_before_max_ms",
+         ConfigType.LONG, "log.message.timestamp.before.max.ms",
+         "refuse CreateTime records older than this (INVALID_TIMESTAMP)", minimum=0),
+    _def("message.timestamp.after.max.ms", "message_timestamp_after_max_ms",
+         ConfigType.LONG, "log.message.timestamp.after.max.ms",
+         "refuse CreateTime records further in the future than this (INVALID_TIMESTAMP)",
+         minimum=0),
     _def("index.interval.bytes", "index_interval_bytes", ConfigType.INT,
          "log.index.interval.bytes", "bytes between two offset-index entries", minimum=0),
     _def("segment.index.bytes", "segment_index_bytes", ConfigType.INT,

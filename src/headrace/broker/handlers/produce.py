@@ -7,7 +7,9 @@ assigned by rewriting baseOffset. ``acks=0`` gets no response; ``acks=1`` and
 with ``flush.on.ack``, after a group-commit fsync (a deferred response: the connection
 goes on appending pipelined requests, which then share fsyncs). Errors: UNSUPPORTED_FOR_MESSAGE_FORMAT
 (magic 0/1), CORRUPT_MESSAGE (CRC), MESSAGE_TOO_LARGE (the topic's max.message.bytes),
-INVALID_RECORD (a null key in a compacted topic), UNKNOWN_TOPIC_OR_PARTITION,
+INVALID_RECORD (a null key in a compacted topic) and INVALID_TIMESTAMP (outside
+message.timestamp.before/after.max.ms) refuse the whole batch, naming each refused
+record in ``record_errors`` (v8+) as Kafka does, UNKNOWN_TOPIC_OR_PARTITION,
 INVALID_REQUIRED_ACKS; for idempotent producers a retried duplicate gets its original
 offset, a sequence gap OUT_OF_ORDER_SEQUENCE_NUMBER and a stale epoch
 INVALID_PRODUCER_EPOCH; control batches from clients INVALID_RECORD. Transactional
@@ -31,12 +33,13 @@ from headrace.broker.errors import error_code_for
 from headrace.broker.log_validation import validate_for_log
 from headrace.broker.registry import DeferredResponse, handles
 from headrace.errors import HeadraceError
-from headrace.protocol.errors import ErrorCode, KafkaProtocolError
+from headrace.protocol.errors import ErrorCode, KafkaProtocolError, RecordValidationError
 from headrace.protocol.records import validate_batches
 from headrace.storage.log import PartitionLog
 
 _TopicResp = ProduceResponse.TopicProduceResponse
 _PartResp = _TopicResp.PartitionProduceResponse
+_RecordError = _PartResp.BatchIndexAndErrorMessage
 
 
 @handles(ProduceRequest, ProduceResponse, max_version=11)
@@ -48,6 +51,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     for topic_data in request.topic_data:
         parts: list[Any] = []
         for pd in topic_data.partition_data:
+            partition_log: PartitionLog | None = None
             try:
                 if acks not in (-1, 0, 1):
                     raise KafkaProtocolError(ErrorCode.INVALID_REQUIRED_ACKS)
@@ -80,9 +84,14 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                                        log_start_offset=result.log_start_offset))
             except (HeadraceError, OSError) as e:  # each partition answers for itself
                 code = error_code_for(e)
-                parts.append(_PartResp(index=pd.index, error_code=code, base_offset=-1,
-                                       log_append_time_ms=-1, log_start_offset=-1,
-                                       error_message=str(e) or code.name))
+                part = _PartResp(index=pd.index, error_code=code, base_offset=-1,
+                                 log_append_time_ms=-1, log_start_offset=-1,
+                                 error_message=str(e) or code.name, record_errors=[])
+                if isinstance(e, RecordValidationError) and partition_log is not None:
+                    part.record_errors = [_RecordError(batch_index=i, batch_index_error_message=m)
+                                          for i, m in e.record_errors]
+                    part.log_start_offset = partition_log.log_start_offset
+                parts.append(part)
         answers.append((topic_data.name, parts))
     if acks == 0:
         return None

@@ -21,9 +21,15 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 1,
                  configs: dict[str, str] | None = None) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, partitions, 1, config=configs or {})])[topic].result(20)
-    # Kafka's metadata reaches its own broker a moment after the controller answers.
-    wait_for(f"{topic} in metadata", lambda: topic in admin.list_topics(topic, 5).topics
-             and admin.list_topics(topic, 5).topics[topic].error is None)
+    # Kafka's metadata reaches its own broker a moment after the controller answers, and
+    # its partitions get a leader a moment after that (a produce earlier gets
+    # NOT_LEADER_OR_FOLLOWER).
+    def ready() -> bool:
+        found = admin.list_topics(topic, 5).topics.get(topic)
+        return (found is not None and found.error is None
+                and len(found.partitions) == partitions
+                and all(p.error is None and p.leader >= 0 for p in found.partitions.values()))
+    wait_for(f"{topic} in metadata with a leader for each partition", ready)
 
 
 def watermarks(bootstrap: str, topic: str, partition: int = 0,

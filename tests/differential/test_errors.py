@@ -35,6 +35,7 @@ from tests.differential.conftest import Brokers
 from tests.differential.support import create_topic, poll_until
 from tests.integration.rawclient import RawClient
 
+NOT_LEADER_OR_FOLLOWER = 6
 RETRIABLE_COORDINATOR = {14, 15, 16, 51}  # load in progress, not available, not coordinator,
 #                                           concurrent transactions
 
@@ -209,11 +210,21 @@ def txn_produce_verification(c: RawClient, bootstrap: str, topic: str) -> Any:
     def batch(p: int = pid, e: int = epoch, seq: int = 0) -> bytes:
         return build_batch([(b"k", b"v")], producer_id=p, producer_epoch=e,
                            base_sequence=seq, attributes=0x10)  # transactional
-    seen = {"not_added": produce(c, topic, batch(), transactional_id=txn),
-            "other_txn_id": produce(c, topic, batch(), transactional_id=f"{txn}-other"),
-            "no_txn_id": produce(c, topic, batch(), transactional_id=None),
+    def refused(records: bytes, transactional_id: str | None) -> tuple[int, int]:
+        """A produce the verification refuses; Kafka's verification answers the retriable
+        NOT_LEADER_OR_FOLLOWER (6) while its transaction coordinator warms up, so retry
+        that as a client would (a refused batch appends nothing, so retrying is safe)."""
+        found: tuple[int, int] = poll_until(
+            "a settled verification answer",
+            lambda: (r := produce(c, topic, records, transactional_id=transactional_id))[0]
+            != NOT_LEADER_OR_FOLLOWER and r, interval=0.1)
+        return found
+
+    seen = {"not_added": refused(batch(), txn),
+            "other_txn_id": refused(batch(), f"{txn}-other"),
+            "no_txn_id": refused(batch(), None),
             "add": add_partitions(c, txn, pid, epoch, topic),
-            "wrong_pid": produce(c, topic, batch(p=pid + 77), transactional_id=txn),
+            "wrong_pid": refused(batch(p=pid + 77), txn),
             "future_epoch": produce(c, topic, batch(e=epoch + 1), transactional_id=txn),
             "ok": produce(c, topic, batch(), transactional_id=txn),
             "commit": end_txn(c, txn, pid, epoch, True)}

@@ -31,7 +31,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from headrace.broker.groups.group import Group, GroupState, JoinResult, Member
 from headrace.protocol.errors import ErrorCode, KafkaProtocolError
@@ -65,6 +65,8 @@ class JoinRequest:
     client_id: str
     client_host: str
     require_known_member_id: bool
+    # JoinGroup v9+ (KIP-814): a leader may be told to skip computing an assignment.
+    supports_skip_assignment: bool = False
 
 
 class GroupCoordinator:
@@ -190,7 +192,13 @@ class GroupCoordinator:
 
     async def _replace_static(self, group: Group, old: Member, member_id: str,
                               req: JoinRequest) -> JoinResult:
-        """A static member came back under a new member id: the old id is fenced."""
+        """A static member came back under a new member id: the old id is fenced. In a
+        Stable group with unchanged protocols it gets its assignment back without a
+        rebalance, even when it was the leader (Kafka's
+        ``updateStaticMemberThenRebalanceOrCompleteJoin``): the leader id moves to the new
+        member id; v9+ tell it that it leads with ``skip_assignment`` (and the member list,
+        so it can watch the subscriptions), older versions name the old leader id so the
+        member acts as a follower and just syncs."""
         self._fail_pending(old, ErrorCode.FENCED_INSTANCE_ID)
         del group.members[old.member_id]
         new = Member(member_id, req.group_instance_id, req.client_id, req.client_host,
@@ -199,14 +207,18 @@ class GroupCoordinator:
         group.members[member_id] = new
         assert req.group_instance_id is not None
         group.static_members[req.group_instance_id] = member_id
-        was_leader = group.leader_id == old.member_id
-        if was_leader:
+        old_leader = group.leader_id or ""
+        if old_leader == old.member_id:
             group.leader_id = member_id
         self._touch(new)
-        if group.state is GroupState.STABLE and old.same_protocols(req.protocols) \
-                and not was_leader:
-            # Same subscription: hand the assignment back without a rebalance.
-            return self._current_generation(group, new, as_leader=False)
+        if group.state is GroupState.STABLE and old.same_protocols(req.protocols):
+            if group.leader_id != member_id:
+                return self._current_generation(group, new, as_leader=False)
+            if req.supports_skip_assignment:
+                return replace(self._current_generation(group, new, as_leader=True),
+                               skip_assignment=True)
+            return replace(self._current_generation(group, new, as_leader=False),
+                           leader=old_leader)
         fut: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
         new.join_future = fut
         self._prepare_rebalance(group, f"static member {req.group_instance_id} rejoined")

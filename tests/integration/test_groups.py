@@ -684,6 +684,35 @@ def test_a_restarted_static_leader_gets_its_partitions_back_without_a_rebalance(
     assert restarted.events("assigned") == [back], describe(everyone)
 
 
+def test_a_group_of_closed_static_members_can_be_deleted_right_after_their_sessions(
+        broker: EmbeddedBroker, topic_name: str) -> None:
+    """Issue 21 (librdkafka 0081): static members leave no LeaveGroup when they close, so
+    the group empties when their sessions expire; DeleteGroups half a second after that
+    succeeds (the sessions are expired at their deadline, not a periodic sweep later)."""
+    create_topic(broker.bootstrap_servers, topic_name, 2)
+    group = f"del-{uuid.uuid4().hex[:8]}"
+    consumers = [Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": group,
+                           "group.instance.id": f"static-{i}", "session.timeout.ms": 3000,
+                           "heartbeat.interval.ms": 500}) for i in range(2)]
+    for c in consumers:
+        c.subscribe([topic_name])
+
+    def assigned() -> bool:
+        for c in consumers:
+            c.poll(0.05)
+        return all(c.assignment() for c in consumers)
+
+    wait_until(assigned, 30, "both static members to get partitions")
+    for c in consumers:
+        c.close()
+    closed = time.monotonic()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    # An upper bound on the wait, not a measurement: 3 s sessions, then 0.5 s of margin.
+    time.sleep(max(0.0, closed + 3.5 - time.monotonic()))
+    admin.delete_consumer_groups([group])[group].result(10)
+    assert group not in {g.group_id for g in admin.list_consumer_groups().result(10).valid}
+
+
 # --- 7. bad input through the real protocol ---------------------------------------------------
 
 JOIN_V, SYNC_V, HEARTBEAT_V, COMMIT_V, LEAVE_V, DESCRIBE_V, LIST_V = 5, 3, 3, 8, 3, 5, 4

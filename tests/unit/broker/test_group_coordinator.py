@@ -519,6 +519,25 @@ def test_session_expiry_removes_a_silent_member_and_rebalances() -> None:
     run(scenario)
 
 
+def test_the_next_deadline_is_the_earliest_session_still_to_come() -> None:
+    """``run`` wakes at it, so a member expires at its deadline, not a sweep later."""
+
+    async def scenario(h: Harness) -> None:
+        a, _ = await h.stable_group(2)
+        h.pass_time(1.0)
+        h.coord.heartbeat("g", 1, a.member_id, None)
+        now = h.clock.now
+        assert h.coord.next_deadline(now) == now - 1.0 + SESSION_MS / 1000  # b's
+        h.pass_time(SESSION_MS / 1000 - 1.0 + 0.001)
+        assert set(h.group().members) == {a.member_id}
+        # Next: a's session (it has not rejoined yet), then the rebalance timeout.
+        assert h.coord.next_deadline(h.clock.now) == now + SESSION_MS / 1000
+        assert h.coord.next_deadline(now + SESSION_MS / 1000) == h.group().join_deadline
+        assert h.coord.next_deadline(h.group().join_deadline) == float("inf")
+
+    run(scenario)
+
+
 def test_a_commit_keeps_a_session_alive() -> None:
     async def scenario(h: Harness) -> None:
         (a,) = await h.stable_group(1)

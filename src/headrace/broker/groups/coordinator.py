@@ -21,8 +21,11 @@ PreparingRebalance whenever membership or subscriptions change; Dead once delete
   under the same instance id replaces the old member id (fencing the old one) and, when
   nothing else changed in a Stable group, gets its assignment back without a rebalance.
 
-Everything runs on the broker's event loop; ``sweep`` (called periodically) expires
-sessions, pending member ids and rebalance deadlines.
+Everything runs on the broker's event loop; ``run`` calls ``sweep`` to expire sessions,
+pending member ids and rebalance deadlines, waking at the earliest deadline (at most
+``SWEEP_INTERVAL_SECONDS`` apart), so a silent member is expired at its deadline, as
+Kafka's purgatory does, and DeleteGroups right after a session timeout finds the group
+Empty.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ from headrace.protocol.errors import ErrorCode, KafkaProtocolError
 log = logging.getLogger(__name__)
 
 SWEEP_INTERVAL_SECONDS = 0.05
+# Deadlines are compared with ``>``: waking this much after one makes it count as passed.
+DEADLINE_SLACK_SECONDS = 0.001
 
 
 @dataclass(frozen=True)
@@ -473,8 +478,31 @@ class GroupCoordinator:
             if expired:
                 self._after_removal(group)
 
+    def next_deadline(self, after: float) -> float:
+        """The earliest deadline later than ``after`` (inf if none): a session, pending
+        member id, initial delay, join or sync deadline. Deadlines already passed are left
+        out: a sweep has acted on them, or has nothing to do for them (an initial delay
+        still waiting for members), and must not be retried in a busy loop."""
+        found = [d for group in self.groups.values() for d in self._deadlines(group)]
+        return min((d for d in found if d > after), default=float("inf"))
+
+    @staticmethod
+    def _deadlines(group: Group) -> list[float]:
+        found = list(group.pending_members.values())
+        if group.state is GroupState.PREPARING_REBALANCE:
+            found += [group.join_deadline, group.initial_delay_until]
+        elif group.state is GroupState.COMPLETING_REBALANCE:
+            found.append(group.sync_deadline)
+        found += [m.session_deadline for m in group.members.values()
+                  if m.join_future is None and m.sync_future is None]
+        return found
+
     async def run(self) -> None:
-        """Sweep forever (the broker runs this as a background task)."""
+        """Sweep forever (the broker runs this as a background task): at the earliest
+        deadline, and at least every ``SWEEP_INTERVAL_SECONDS`` (deadlines added or moved
+        between sweeps are caught by then)."""
         while True:
-            await asyncio.sleep(SWEEP_INTERVAL_SECONDS)
+            now = self._now()
+            wait = self.next_deadline(now) + DEADLINE_SLACK_SECONDS - now
+            await asyncio.sleep(min(SWEEP_INTERVAL_SECONDS, max(wait, 0.0)))
             self.sweep()

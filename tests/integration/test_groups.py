@@ -33,6 +33,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from headrace.protocol.errors import ErrorCode
 from headrace.testing import EmbeddedBroker
+from tests.conftest import AnyBroker
 from tests.integration.group_workers import WorkerProcess
 
 SESSION_MS = 6000
@@ -609,8 +610,8 @@ def test_a_restarted_static_member_gets_its_partitions_back_without_a_rebalance(
         return spawn(clients[i], bootstrap, group, topic_name, name, instance_id=f"static-{i}")
 
     try:
-        # static-0 first, so that it leads (a restarted static leader triggers a rebalance,
-        # as join_group.py documents); the others are the ones restarted.
+        # static-0 first, so that it leads; the others are the ones restarted (the
+        # restarted leader has its own test below).
         first = member(0, "s0")
         wait_until(first.owned, 30, "the first member to get partitions", first.log)
         current = [first, member(1, "s1"), member(2, "s2")]
@@ -645,6 +646,71 @@ def test_a_restarted_static_member_gets_its_partitions_back_without_a_rebalance(
             assert not changes, describe(everyone)
     finally:
         feed.stop(check=False)
+
+
+def test_a_restarted_static_leader_gets_its_partitions_back_without_a_rebalance(
+        any_broker: AnyBroker, topic_name: str,
+        spawn: Callable[..., WorkerProcess]) -> None:
+    """Issue 21 (librdkafka 0102_static_group_rebalance): the leader restarts under its
+    instance id; Kafka hands its assignment back without a rebalance (the follower sees no
+    revoke and no assignment), on both brokers."""
+    bootstrap, partitions, group = any_broker.bootstrap_servers, 4, f"sl-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic_name, partitions)
+
+    def member(i: int, name: str) -> WorkerProcess:
+        return spawn("confluent", bootstrap, group, topic_name, name, instance_id=f"static-{i}")
+
+    leader = member(0, "s0")  # joins first, so it leads
+    wait_until(leader.owned, 30, "the first member to get partitions", leader.log)
+    follower = member(1, "s1")
+    everyone = [leader, follower]
+    wait_until(lambda: settled(everyone, everyone, partitions), 30,
+               "two static members to share the partitions", lambda: describe(everyone))
+    generation = max(assignments_by_generation(everyone))
+    before, settled_at = leader.owned(), time.monotonic()
+    leader.kill()
+    restarted = member(0, "s0-restarted")
+    everyone.append(restarted)
+    wait_until(restarted.owned, SESSION_MS / 1000, "the restarted leader to get partitions "
+               "back within the session timeout", lambda: describe(everyone))
+    back = restarted.events("assigned")[-1]
+    assert (set(back["owned"]), back["gen"]) == (before, generation), describe(everyone)
+    # Give a rebalance, had one started, time to reach the follower (its heartbeats are
+    # HEARTBEAT_MS apart), then check that nothing happened to it.
+    time.sleep(3 * HEARTBEAT_MS / 1000)
+    changes = [e for e in follower.events() if e["t"] > settled_at and (
+        e["ev"] in ("revoked", "assigned"))]
+    assert not changes, describe(everyone)
+    assert restarted.events("assigned") == [back], describe(everyone)
+
+
+def test_a_group_of_closed_static_members_can_be_deleted_right_after_their_sessions(
+        broker: EmbeddedBroker, topic_name: str) -> None:
+    """Issue 21 (librdkafka 0081): static members leave no LeaveGroup when they close, so
+    the group empties when their sessions expire; DeleteGroups half a second after that
+    succeeds (the sessions are expired at their deadline, not a periodic sweep later)."""
+    create_topic(broker.bootstrap_servers, topic_name, 2)
+    group = f"del-{uuid.uuid4().hex[:8]}"
+    consumers = [Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": group,
+                           "group.instance.id": f"static-{i}", "session.timeout.ms": 3000,
+                           "heartbeat.interval.ms": 500}) for i in range(2)]
+    for c in consumers:
+        c.subscribe([topic_name])
+
+    def assigned() -> bool:
+        for c in consumers:
+            c.poll(0.05)
+        return all(c.assignment() for c in consumers)
+
+    wait_until(assigned, 30, "both static members to get partitions")
+    for c in consumers:
+        c.close()
+    closed = time.monotonic()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    # An upper bound on the wait, not a measurement: 3 s sessions, then 0.5 s of margin.
+    time.sleep(max(0.0, closed + 3.5 - time.monotonic()))
+    admin.delete_consumer_groups([group])[group].result(10)
+    assert group not in {g.group_id for g in admin.list_consumer_groups().result(10).valid}
 
 
 # --- 7. bad input through the real protocol ---------------------------------------------------

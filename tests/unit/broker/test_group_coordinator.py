@@ -62,11 +62,12 @@ class Harness:
              instance_id: str | None = None, session_ms: int = SESSION_MS,
              rebalance_ms: int = REBALANCE_MS, protocol_type: str = "consumer",
              require_known_member_id: bool = True,
-             client_id: str = "client") -> asyncio.Task[JoinResult]:
+             client_id: str = "client",
+             supports_skip_assignment: bool = False) -> asyncio.Task[JoinResult]:
         req = JoinRequest(group_id, member_id, instance_id, session_ms, rebalance_ms,
                           protocol_type, [RANGE] if protocols is None else list(protocols),
                           client_id, "/127.0.0.1",
-                          require_known_member_id)
+                          require_known_member_id, supports_skip_assignment)
         return asyncio.get_running_loop().create_task(self.coord.join(req))
 
     async def new_member_id(self, group_id: str = "g", **kw: Any) -> str:
@@ -427,6 +428,47 @@ def test_a_restarted_static_member_gets_its_assignment_back_without_a_rebalance(
     run(scenario)
 
 
+@pytest.mark.parametrize("skip", [False, True], ids=["v5", "v9"])
+def test_a_restarted_static_leader_gets_its_assignment_back_without_a_rebalance(
+        skip: bool) -> None:
+    """Kafka's rule (issue 21, librdkafka 0102): the leader id moves to the new member id;
+    JoinGroup v9+ tell it that it leads but must skip the assignment, older versions name
+    the old leader id so that it syncs as a follower."""
+
+    async def scenario(h: Harness) -> None:
+        old, follower = await h.stable_group(2, instance_ids=["s-1", "s-2"])
+        assert old.member_id == old.leader
+        r = await h.join(instance_id="s-1", supports_skip_assignment=skip)
+        assert r.error_code == 0 and r.member_id != old.member_id
+        group = h.group()
+        assert group.state is GroupState.STABLE and group.generation_id == 1
+        assert group.leader_id == r.member_id
+        if skip:
+            assert (r.generation_id, r.leader, r.skip_assignment) == (1, r.member_id, True)
+            assert {m for m, _, _ in r.members} == {r.member_id, follower.member_id}
+        else:
+            assert (r.generation_id, r.leader, r.skip_assignment) == (1, old.member_id, False)
+            assert r.members == ()
+        # The leader's SyncGroup of a Stable group returns what it had; no assignment
+        # it sends replaces anyone's.
+        assert await h.sync(r.member_id, 1, {r.member_id: b"x", follower.member_id: b"y"},
+                            instance_id="s-1") == b"a0"
+        assert await h.sync(follower.member_id, 1, instance_id="s-2") == b"a1"
+        raises(ErrorCode.FENCED_INSTANCE_ID,
+               lambda: h.coord.heartbeat("g", 1, old.member_id, "s-1"))
+        h.coord.heartbeat("g", 1, follower.member_id, "s-2")
+        h.coord.heartbeat("g", 1, r.member_id, "s-1")
+        assert h.generations == [(1, "Stable")]
+        # The next rebalance is led by the new member id.
+        again = h.join(follower.member_id, instance_id="s-2", protocols=[("range", b"new")])
+        lead = h.join(r.member_id, instance_id="s-1")
+        results = await asyncio.gather(again, lead)
+        assert [x.leader for x in results] == [r.member_id] * 2
+        assert results[1].members and results[1].generation_id == 2
+
+    run(scenario)
+
+
 def test_a_static_member_replaced_while_it_waits_for_a_join_is_fenced() -> None:
     async def scenario(h: Harness) -> None:
         _, old = await h.stable_group(2, instance_ids=["s-1", "s-2"])
@@ -473,6 +515,25 @@ def test_session_expiry_removes_a_silent_member_and_rebalances() -> None:
         raises(ErrorCode.UNKNOWN_MEMBER_ID, lambda: h.coord.heartbeat("g", 1, b.member_id, None))
         raises(ErrorCode.REBALANCE_IN_PROGRESS,
                lambda: h.coord.heartbeat("g", 1, a.member_id, None))
+
+    run(scenario)
+
+
+def test_the_next_deadline_is_the_earliest_session_still_to_come() -> None:
+    """``run`` wakes at it, so a member expires at its deadline, not a sweep later."""
+
+    async def scenario(h: Harness) -> None:
+        a, _ = await h.stable_group(2)
+        h.pass_time(1.0)
+        h.coord.heartbeat("g", 1, a.member_id, None)
+        now = h.clock.now
+        assert h.coord.next_deadline(now) == now - 1.0 + SESSION_MS / 1000  # b's
+        h.pass_time(SESSION_MS / 1000 - 1.0 + 0.001)
+        assert set(h.group().members) == {a.member_id}
+        # Next: a's session (it has not rejoined yet), then the rebalance timeout.
+        assert h.coord.next_deadline(h.clock.now) == now + SESSION_MS / 1000
+        assert h.coord.next_deadline(now + SESSION_MS / 1000) == h.group().join_deadline
+        assert h.coord.next_deadline(h.group().join_deadline) == float("inf")
 
     run(scenario)
 
@@ -711,7 +772,8 @@ def test_the_member_completing_a_rebalance_gets_its_join_response(path: str) -> 
             assert r.generation_id == 1
         else:
             (old,) = await h.stable_group(1, instance_ids=["s-1"])
-            r = await h.join(instance_id="s-1")  # the restarted static leader
+            # The restarted static leader, with a new subscription: that rebalances.
+            r = await h.join(instance_id="s-1", protocols=[("range", b"changed")])
             assert r.generation_id == 2 and r.member_id != old.member_id
             assert r.leader == r.member_id
         assert r.error_code == 0

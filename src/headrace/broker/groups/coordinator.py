@@ -21,8 +21,11 @@ PreparingRebalance whenever membership or subscriptions change; Dead once delete
   under the same instance id replaces the old member id (fencing the old one) and, when
   nothing else changed in a Stable group, gets its assignment back without a rebalance.
 
-Everything runs on the broker's event loop; ``sweep`` (called periodically) expires
-sessions, pending member ids and rebalance deadlines.
+Everything runs on the broker's event loop; ``run`` calls ``sweep`` to expire sessions,
+pending member ids and rebalance deadlines, waking at the earliest deadline (at most
+``SWEEP_INTERVAL_SECONDS`` apart), so a silent member is expired at its deadline, as
+Kafka's purgatory does, and DeleteGroups right after a session timeout finds the group
+Empty.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from headrace.broker.groups.group import Group, GroupState, JoinResult, Member
 from headrace.protocol.errors import ErrorCode, KafkaProtocolError
@@ -39,6 +42,8 @@ from headrace.protocol.errors import ErrorCode, KafkaProtocolError
 log = logging.getLogger(__name__)
 
 SWEEP_INTERVAL_SECONDS = 0.05
+# Deadlines are compared with ``>``: waking this much after one makes it count as passed.
+DEADLINE_SLACK_SECONDS = 0.001
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,8 @@ class JoinRequest:
     client_id: str
     client_host: str
     require_known_member_id: bool
+    # JoinGroup v9+ (KIP-814): a leader may be told to skip computing an assignment.
+    supports_skip_assignment: bool = False
 
 
 class GroupCoordinator:
@@ -190,7 +197,13 @@ class GroupCoordinator:
 
     async def _replace_static(self, group: Group, old: Member, member_id: str,
                               req: JoinRequest) -> JoinResult:
-        """A static member came back under a new member id: the old id is fenced."""
+        """A static member came back under a new member id: the old id is fenced. In a
+        Stable group with unchanged protocols it gets its assignment back without a
+        rebalance, even when it was the leader (Kafka's
+        ``updateStaticMemberThenRebalanceOrCompleteJoin``): the leader id moves to the new
+        member id; v9+ tell it that it leads with ``skip_assignment`` (and the member list,
+        so it can watch the subscriptions), older versions name the old leader id so the
+        member acts as a follower and just syncs."""
         self._fail_pending(old, ErrorCode.FENCED_INSTANCE_ID)
         del group.members[old.member_id]
         new = Member(member_id, req.group_instance_id, req.client_id, req.client_host,
@@ -199,14 +212,18 @@ class GroupCoordinator:
         group.members[member_id] = new
         assert req.group_instance_id is not None
         group.static_members[req.group_instance_id] = member_id
-        was_leader = group.leader_id == old.member_id
-        if was_leader:
+        old_leader = group.leader_id or ""
+        if old_leader == old.member_id:
             group.leader_id = member_id
         self._touch(new)
-        if group.state is GroupState.STABLE and old.same_protocols(req.protocols) \
-                and not was_leader:
-            # Same subscription: hand the assignment back without a rebalance.
-            return self._current_generation(group, new, as_leader=False)
+        if group.state is GroupState.STABLE and old.same_protocols(req.protocols):
+            if group.leader_id != member_id:
+                return self._current_generation(group, new, as_leader=False)
+            if req.supports_skip_assignment:
+                return replace(self._current_generation(group, new, as_leader=True),
+                               skip_assignment=True)
+            return replace(self._current_generation(group, new, as_leader=False),
+                           leader=old_leader)
         fut: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
         new.join_future = fut
         self._prepare_rebalance(group, f"static member {req.group_instance_id} rejoined")
@@ -461,8 +478,31 @@ class GroupCoordinator:
             if expired:
                 self._after_removal(group)
 
+    def next_deadline(self, after: float) -> float:
+        """The earliest deadline later than ``after`` (inf if none): a session, pending
+        member id, initial delay, join or sync deadline. Deadlines already passed are left
+        out: a sweep has acted on them, or has nothing to do for them (an initial delay
+        still waiting for members), and must not be retried in a busy loop."""
+        found = [d for group in self.groups.values() for d in self._deadlines(group)]
+        return min((d for d in found if d > after), default=float("inf"))
+
+    @staticmethod
+    def _deadlines(group: Group) -> list[float]:
+        found = list(group.pending_members.values())
+        if group.state is GroupState.PREPARING_REBALANCE:
+            found += [group.join_deadline, group.initial_delay_until]
+        elif group.state is GroupState.COMPLETING_REBALANCE:
+            found.append(group.sync_deadline)
+        found += [m.session_deadline for m in group.members.values()
+                  if m.join_future is None and m.sync_future is None]
+        return found
+
     async def run(self) -> None:
-        """Sweep forever (the broker runs this as a background task)."""
+        """Sweep forever (the broker runs this as a background task): at the earliest
+        deadline, and at least every ``SWEEP_INTERVAL_SECONDS`` (deadlines added or moved
+        between sweeps are caught by then)."""
         while True:
-            await asyncio.sleep(SWEEP_INTERVAL_SECONDS)
+            now = self._now()
+            wait = self.next_deadline(now) + DEADLINE_SLACK_SECONDS - now
+            await asyncio.sleep(min(SWEEP_INTERVAL_SECONDS, max(wait, 0.0)))
             self.sweep()

@@ -36,6 +36,9 @@ class JoinResult:
     member_id: str = ""
     # Filled for the leader only: (member_id, group_instance_id, metadata).
     members: tuple[tuple[str, str | None, bytes], ...] = ()
+    # v9+ (KIP-814): the leader must not compute an assignment (a static leader rejoined
+    # a Stable group and got its old assignment back).
+    skip_assignment: bool = False
 
 
 @dataclass(eq=False)

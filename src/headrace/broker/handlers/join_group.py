@@ -2,8 +2,8 @@
 
 The response waits for the rebalance to complete (the connection's later requests wait
 with it, as in Kafka). v4+ members without an id get MEMBER_ID_REQUIRED first (KIP-394).
-``skip_assignment`` (v9, KIP-814) is always false: a static leader that rejoins triggers
-a rebalance instead.
+``skip_assignment`` (v9, KIP-814) is set when a static leader rejoins a Stable group with
+unchanged protocols: it gets its old assignment back without a rebalance.
 """
 
 from __future__ import annotations
@@ -33,10 +33,11 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         client_id=ctx.client_id or "",
         client_host="/" + ctx.peer.rsplit(":", 1)[0],
         require_known_member_id=v >= 4,
+        supports_skip_assignment=v >= 9,
     )
     r = await ctx.state.groups.join(req)
     return JoinGroupResponse(
         throttle_time_ms=0, error_code=r.error_code, generation_id=r.generation_id,
         protocol_type=r.protocol_type, protocol_name=r.protocol_name, leader=r.leader,
-        skip_assignment=False, member_id=r.member_id,
+        skip_assignment=r.skip_assignment, member_id=r.member_id,
         members=[_Member(member_id=m, group_instance_id=i, metadata=md) for m, i, md in r.members])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from py4j.protocol import Py4JError
 from pyspark.sql import SparkSession
@@ -39,7 +40,12 @@ def local_session(app_name: str = "headrace", master: str = "local[2]",
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # One machine: bind to loopback (else Spark warns that the hostname resolves to it).
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    log_config = Path(__file__).with_name("log4j2.properties")
     builder = (SparkSession.builder.master(master).appName(app_name)
+               .config("spark.driver.extraJavaOptions",
+                       f"-Dlog4j2.configurationFile={log_config}")
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", str(shuffle_partitions))

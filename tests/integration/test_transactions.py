@@ -125,7 +125,7 @@ def test_consume_transform_produce_is_exactly_once_across_kill_9_of_the_loop(
         tmp_path: Path) -> None:
     """24 incarnations of the loop SIGKILLed at random points, most inside a transaction
     (a quarter anywhere in start-up); the 25th finishes the input."""
-    kills_wanted, count = 24, 8000
+    kills_wanted, count = 24, 24000
     rng = random.Random(4)
     with EmbeddedBroker(data_dir=tmp_path / "data") as broker:
         bootstrap = broker.bootstrap_servers
@@ -150,7 +150,7 @@ def test_consume_transform_produce_is_exactly_once_across_kill_9_of_the_loop(
                 "all processed before the last kill: make the input bigger"
             workers.spawn()
             wait_for("the input to be processed",
-                     lambda: all_processed(bootstrap, "loop", "in", ends), timeout=60,
+                     lambda: all_processed(bootstrap, "loop", "in", ends), timeout=180,
                      interval=0.2)
         finally:
             workers.kill_all()

@@ -348,8 +348,9 @@ def broker_log_config(configs: Mapping[str, str], base: LogConfig | None = None)
 @dataclass(frozen=True)
 class DescribedConfig:
     """One topic config as DescribeConfigs reports it. ``source`` is ``topic`` (an
-    override), ``broker`` (a broker-wide default differing from Kafka's) or ``default``;
-    ``synonyms`` are ``(name, value, source)`` in precedence order."""
+    override), ``dynamic_broker`` / ``dynamic_default`` (a dynamic broker config on this
+    broker / cluster-wide), ``broker`` (a start-up default differing from Kafka's) or
+    ``default``; ``synonyms`` are ``(name, value, source)`` in precedence order."""
 
     name: str
     value: str
@@ -359,11 +360,16 @@ class DescribedConfig:
     synonyms: tuple[tuple[str, str, str], ...]
 
 
-def describe_topic_configs(broker_defaults: LogConfig,
-                           overrides: Mapping[str, str]) -> list[DescribedConfig]:
-    """Every topic config of a topic with ``overrides`` on a broker whose topic defaults are
-    ``broker_defaults``, sorted by name."""
+def describe_topic_configs(broker_defaults: LogConfig, overrides: Mapping[str, str],
+                           dynamic: Mapping[str, Mapping[str, str]] | None = None,
+                           ) -> list[DescribedConfig]:
+    """Every topic config of a topic with ``overrides`` on a broker whose start-up topic
+    defaults are ``broker_defaults`` and whose dynamic broker configs are ``dynamic``
+    (``{"dynamic_broker": {...}, "dynamic_default": {...}}`` by broker names, canonical),
+    sorted by name. With ``overrides`` empty: the broker's own view (DescribeConfigs of a
+    broker resource)."""
     kafka_defaults = LogConfig()
+    layers = dynamic or {}
     out = []
     for name in sorted(CONFIG_DEFS):
         defn = CONFIG_DEFS[name]
@@ -372,6 +378,9 @@ def describe_topic_configs(broker_defaults: LogConfig,
         synonyms: list[tuple[str, str, str]] = []
         if name in overrides:
             synonyms.append((name, overrides[name], "topic"))
+        for source in ("dynamic_broker", "dynamic_default"):
+            if defn.broker_name in layers.get(source, {}):
+                synonyms.append((defn.broker_name, layers[source][defn.broker_name], source))
         if broker != default:
             synonyms.append((defn.broker_name, broker, "broker"))
         synonyms.append((defn.broker_name, default, "default"))

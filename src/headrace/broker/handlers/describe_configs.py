@@ -103,9 +103,15 @@ def _describe(state: BrokerState, resource: Any, synonyms: bool, docs: bool) -> 
         if name not in ("", str(state.config.node_id)):
             return _error(rtype, name, ErrorCode.RESOURCE_NOT_FOUND, f"unknown broker {name!r}")
         dynamic = {e.name: e for e in _entries(state, {}, True, synonyms, docs)}
-        if name == "":  # the cluster-wide default resource shows what is set there only
-            dynamic = {k: e for k, e in dynamic.items()
-                       if k in state.logs.dynamic.layers[CLUSTER]}
+        if name == "":  # the cluster-wide default: only what is set there, as set there
+            cluster = state.logs.dynamic.layers[CLUSTER]
+            dynamic = {k: _Entry(
+                name=k, value=cluster[k], read_only=False,
+                config_source=DYNAMIC_DEFAULT_BROKER_CONFIG, is_default=False,
+                is_sensitive=False, config_type=e.config_type, documentation=e.documentation,
+                synonyms=[_Synonym(name=k, value=cluster[k], source=DYNAMIC_DEFAULT_BROKER_CONFIG)]
+                if synonyms else [])
+                for k, e in dynamic.items() if k in cluster}
         for key, (value, type_) in sorted(broker_configs(state).items()):
             if keys is not None and key not in keys:
                 continue

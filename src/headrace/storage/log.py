@@ -75,8 +75,6 @@ class PartitionLog:
         self._dirty = False
         # Messages appended since the last flush began (Kafka's flush.messages counts them).
         self.unflushed_messages = 0
-        # Completed flushes (logged at debug: the observable side of flush.messages/flush.ms).
-        self.flushes = 0
         # Segments rolled out since the last flush: they still need a full fsync.
         self._rolled: list[Segment] = []
         # Held by ``flush`` (which may run on a worker thread) and by whatever closes
@@ -349,7 +347,6 @@ class PartitionLog:
             if rolled:
                 fsync_dir(self.directory)
             self.segments[-1].flush(data_only=not full)
-            self.flushes += 1
             logger.debug("flushed %s up to offset %d", self.directory.name,
                          self.log_end_offset)
 

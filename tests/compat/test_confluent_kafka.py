@@ -219,7 +219,10 @@ def test_admin_describe_broker_configs_and_cluster(
     resource = ConfigResource(ResourceType.BROKER, "0")
     configs = admin.describe_configs([resource])[resource].result()
     assert int(configs["message.max.bytes"].value) >= 1_048_588
-    assert configs["message.max.bytes"].is_read_only
+    # Dynamic (alterable) and unset, as Kafka 4.3 reports it; log.dirs is read-only.
+    assert not configs["message.max.bytes"].is_read_only
+    assert configs["message.max.bytes"].source == ConfigSource.DEFAULT_CONFIG.value
+    assert configs["log.dirs"].is_read_only
     assert configs["advertised.listeners"].value == f"PLAINTEXT://{broker.bootstrap_servers}"
 
     cluster = admin.describe_cluster().result(timeout=TIMEOUT)

@@ -28,6 +28,8 @@ class BrokerConfig:
     cluster_id: str | None = None
     auto_create_topics: bool = True
     num_partitions: int = 1
+    # Root logging level of the broker process (DEBUG shows each partition fsync).
+    log_level: str = "INFO"
     # Largest request frame accepted; bigger frames close the connection (Kafka's
     # socket.request.max.bytes).
     max_request_bytes: int = 100 * 1024 * 1024

@@ -118,5 +118,5 @@ def run(config: BrokerConfig) -> None:
     """Run a broker in the foreground on uvloop until SIGINT/SIGTERM. Blocks."""
     import uvloop
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     uvloop.run(serve(config))

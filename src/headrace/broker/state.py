@@ -66,6 +66,8 @@ class GroupCommitFlusher:
         self._waiters: list[asyncio.Future[None]] = []
         self._running: asyncio.Task[None] | None = None
         self.fsyncs = 0
+        # Logs with a flush.ms timer pending (one timer per log until it fires).
+        self._timed: set[PartitionLog] = set()
 
     def request(self, logs: set[PartitionLog]) -> asyncio.Future[None]:
         """Register now for the next fsync of ``logs``; the future resolves when it is done
@@ -81,6 +83,25 @@ class GroupCommitFlusher:
     async def flush(self, logs: set[PartitionLog]) -> None:
         await self.request(logs)
 
+    def flush_soon(self, logs: set[PartitionLog]) -> None:
+        """Start an fsync of ``logs`` nobody waits for (acks=0 produce past flush.messages);
+        a failure is logged, the next flush retries."""
+        self.request(logs).add_done_callback(_log_failure)
+
+    def flush_later(self, partition_log: PartitionLog, delay_ms: int) -> None:
+        """fsync ``partition_log`` within ``delay_ms`` (Kafka's flush.ms), unless a timer is
+        already pending for it. Called after an append on the event loop; idempotent."""
+        if partition_log in self._timed:
+            return
+        self._timed.add(partition_log)
+
+        def fire() -> None:
+            self._timed.discard(partition_log)
+            if not partition_log.closed:
+                self.flush_soon({partition_log})
+
+        asyncio.get_running_loop().call_later(delay_ms / 1000, fire)
+
     async def _run(self) -> None:
         while self._waiters:
             logs, self._pending = self._pending, set()
@@ -95,6 +116,11 @@ class GroupCommitFlusher:
                 for w in waiters:
                     if not w.done():
                         w.set_exception(KafkaProtocolError(ErrorCode.KAFKA_STORAGE_ERROR, str(e)))
+
+
+def _log_failure(fut: asyncio.Future[None]) -> None:
+    if not fut.cancelled() and fut.exception() is not None:
+        log.error("background flush failed: %s", fut.exception())
 
 
 def _flush_all(logs: set[PartitionLog]) -> None:

@@ -81,6 +81,10 @@ def broker(
         bool, typer.Option("--fsync", help="fsync the log before acknowledging a produce.")
     ] = False,
     node_id: Annotated[int, typer.Option(min=0, help="This broker's Kafka node id.")] = 0,
+    log_level: Annotated[
+        str,
+        typer.Option(help="Logging level: DEBUG (shows each partition fsync), INFO, WARNING."),
+    ] = "INFO",
     advertised_host: Annotated[
         str | None,
         typer.Option(help="Host name clients are told to connect to (default: --host)."),
@@ -158,6 +162,7 @@ def broker(
         node_id=node_id,
         auto_create_topics=auto_create_topics,
         num_partitions=num_partitions,
+        log_level=log_level.upper(),
         log=log,
         cleaner=cleaner,
         retention_check_interval_ms=log_retention_check_interval_ms,

@@ -10,7 +10,7 @@ validates names and values and raises ``InvalidConfigError`` with Kafka's wordin
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from enum import IntEnum
 from typing import Any
@@ -47,6 +47,11 @@ class LogConfig:
     retention_bytes: int = -1
     # fsync before acknowledging a produce (group commit across concurrent producers).
     flush_on_ack: bool = False
+    # Kafka's flush.messages / flush.ms: fsync once this many messages are unflushed
+    # (before acknowledging the produce that reached it), and at most this long after an
+    # unflushed append. LONG_MAX (Kafka's default): never, the page cache only.
+    flush_messages: int = LONG_MAX
+    flush_ms: int = LONG_MAX
     # "delete", "compact" or "compact,delete" (normalized: sorted, no duplicates).
     cleanup_policy: str = "delete"
     delete_retention_ms: int = 24 * 3600 * 1000
@@ -137,6 +142,8 @@ class ConfigDef:
             value = text.lower() == "true"
         elif self.type == ConfigType.LIST:
             items = [item.strip() for item in text.split(",") if item.strip()]
+            if not items and self.choices is None:
+                return ""
             if not items:
                 raise self._invalid(raw, f"must list at least one of: {', '.join(self.choices or ())}")
             for item in items:
@@ -147,6 +154,11 @@ class ConfigDef:
             value = text
             if self.choices is not None and value not in self.choices:
                 raise self._invalid(raw, f"String must be one of: {', '.join(self.choices)}")
+        special = _SPECIAL_CHECKS.get(self.name)
+        if special is not None:
+            why = special(self.name, value)
+            if why is not None:
+                raise self._invalid(raw, why) if why[0] != "!" else InvalidConfigError(why[1:])
         if self.minimum is not None and value < self.minimum:
             raise self._invalid(raw, f"Value must be at least {_num(self.minimum)}")
         if self.maximum is not None and value > self.maximum:
@@ -166,6 +178,35 @@ class ConfigDef:
         if self.attr is None:
             return self.passthrough_default
         return self.format(getattr(config, self.attr))
+
+
+def _gzip_level(name: str, value: Any) -> str | None:
+    return None if value == -1 or 1 <= value <= 9 else "Value must be between 1 and 9 or equal to -1"
+
+
+def _throttled_replicas(name: str, value: Any) -> str | None:
+    items = value.split(",") if value else []
+    if items == ["*"] or all(
+            len(p := item.split(":")) == 2 and all(x.isdigit() for x in p) for item in items):
+        return None
+    return (f"!Invalid value [{', '.join(items)}] for configuration {name}: {name} must be "
+            "the literal '*' or a list of replicas in the following format: "
+            "[partitionId]:[brokerId],[partitionId]:[brokerId],...")
+
+
+def _remote_storage(name: str, value: Any) -> str | None:
+    return ("!Tiered Storage functionality is disabled in the broker. Topic cannot be "
+            "configured with remote log storage.") if value else None
+
+
+# Kafka's validators that are more than a type and a range: a returned reason rejects the
+# value ("!...": Kafka's whole message, not an "Invalid value ..." one).
+_SPECIAL_CHECKS: dict[str, Callable[[str, Any], str | None]] = {
+    "compression.gzip.level": _gzip_level,
+    "follower.replication.throttled.replicas": _throttled_replicas,
+    "leader.replication.throttled.replicas": _throttled_replicas,
+    "remote.storage.enable": _remote_storage,
+}
 
 
 def _num(x: float) -> str:
@@ -225,6 +266,48 @@ CONFIG_DEFS: dict[str, ConfigDef] = dict([
          "log.index.size.max.bytes", "accepted; indexes here grow as needed", minimum=4),
     _def("flush.on.ack", "flush_on_ack", ConfigType.BOOLEAN, "log.flush.on.ack",
          "headrace: fsync (group commit) before acknowledging a produce"),
+    _def("flush.messages", "flush_messages", ConfigType.LONG, "log.flush.interval.messages",
+         "fsync a partition once this many messages are unflushed, before acknowledging",
+         minimum=1),
+    _def("flush.ms", "flush_ms", ConfigType.LONG, "log.flush.interval.ms",
+         "fsync a partition at most this long after an unflushed append", minimum=0),
+    # Accepted and validated as Kafka does, without effect on one broker (COMPATIBILITY.md).
+    _def("compression.gzip.level", None, ConfigType.INT, "compression.gzip.level",
+         "accepted; batches are stored as the producer compressed them",
+         minimum=-1, maximum=9, passthrough_default="-1"),
+    _def("compression.lz4.level", None, ConfigType.INT, "compression.lz4.level",
+         "accepted; batches are stored as the producer compressed them",
+         minimum=1, maximum=17, passthrough_default="9"),
+    _def("compression.zstd.level", None, ConfigType.INT, "compression.zstd.level",
+         "accepted; batches are stored as the producer compressed them",
+         minimum=-131072, maximum=22, passthrough_default="3"),
+    _def("file.delete.delay.ms", None, ConfigType.LONG, "log.segment.delete.delay.ms",
+         "accepted; deleted segments are removed at once", minimum=0,
+         passthrough_default="60000"),
+    _def("follower.replication.throttled.replicas", None, ConfigType.LIST,
+         "follower.replication.throttled.replicas", "accepted; no replication here",
+         passthrough_default=""),
+    _def("leader.replication.throttled.replicas", None, ConfigType.LIST,
+         "leader.replication.throttled.replicas", "accepted; no replication here",
+         passthrough_default=""),
+    _def("local.retention.bytes", None, ConfigType.LONG, "log.local.retention.bytes",
+         "accepted; no tiered storage (retention.bytes applies)", minimum=-2,
+         passthrough_default="-2"),
+    _def("local.retention.ms", None, ConfigType.LONG, "log.local.retention.ms",
+         "accepted; no tiered storage (retention.ms applies)", minimum=-2,
+         passthrough_default="-2"),
+    _def("preallocate", None, ConfigType.BOOLEAN, "log.preallocate",
+         "accepted; segment files grow as written", passthrough_default="false"),
+    _def("remote.storage.enable", None, ConfigType.BOOLEAN, "remote.storage.enable",
+         "accepted; no tiered storage", passthrough_default="false"),
+    _def("remote.log.copy.disable", None, ConfigType.BOOLEAN, "remote.log.copy.disable",
+         "accepted; no tiered storage", passthrough_default="false"),
+    _def("remote.log.delete.on.disable", None, ConfigType.BOOLEAN,
+         "remote.log.delete.on.disable", "accepted; no tiered storage",
+         passthrough_default="false"),
+    _def("segment.jitter.ms", None, ConfigType.LONG, "log.roll.jitter.ms",
+         "accepted; segments roll at segment.ms exactly", minimum=0,
+         passthrough_default="0"),
     _def("compression.type", None, ConfigType.STRING, "compression.type",
          "accepted; batches are always stored as the producer compressed them",
          choices=("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
@@ -268,8 +351,9 @@ def broker_log_config(configs: Mapping[str, str], base: LogConfig | None = None)
 @dataclass(frozen=True)
 class DescribedConfig:
     """One topic config as DescribeConfigs reports it. ``source`` is ``topic`` (an
-    override), ``broker`` (a broker-wide default differing from Kafka's) or ``default``;
-    ``synonyms`` are ``(name, value, source)`` in precedence order."""
+    override), ``dynamic_broker`` / ``dynamic_default`` (a dynamic broker config on this
+    broker / cluster-wide), ``broker`` (a start-up default differing from Kafka's) or
+    ``default``; ``synonyms`` are ``(name, value, source)`` in precedence order."""
 
     name: str
     value: str
@@ -279,11 +363,16 @@ class DescribedConfig:
     synonyms: tuple[tuple[str, str, str], ...]
 
 
-def describe_topic_configs(broker_defaults: LogConfig,
-                           overrides: Mapping[str, str]) -> list[DescribedConfig]:
-    """Every topic config of a topic with ``overrides`` on a broker whose topic defaults are
-    ``broker_defaults``, sorted by name."""
+def describe_topic_configs(broker_defaults: LogConfig, overrides: Mapping[str, str],
+                           dynamic: Mapping[str, Mapping[str, str]] | None = None,
+                           ) -> list[DescribedConfig]:
+    """Every topic config of a topic with ``overrides`` on a broker whose start-up topic
+    defaults are ``broker_defaults`` and whose dynamic broker configs are ``dynamic``
+    (``{"dynamic_broker": {...}, "dynamic_default": {...}}`` by broker names, canonical),
+    sorted by name. With ``overrides`` empty: the broker's own view (DescribeConfigs of a
+    broker resource)."""
     kafka_defaults = LogConfig()
+    layers = dynamic or {}
     out = []
     for name in sorted(CONFIG_DEFS):
         defn = CONFIG_DEFS[name]
@@ -292,6 +381,9 @@ def describe_topic_configs(broker_defaults: LogConfig,
         synonyms: list[tuple[str, str, str]] = []
         if name in overrides:
             synonyms.append((name, overrides[name], "topic"))
+        for source in ("dynamic_broker", "dynamic_default"):
+            if defn.broker_name in layers.get(source, {}):
+                synonyms.append((defn.broker_name, layers[source][defn.broker_name], source))
         if broker != default:
             synonyms.append((defn.broker_name, broker, "broker"))
         synonyms.append((defn.broker_name, default, "default"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import json
+import logging
 import os
 import shutil
 import threading
@@ -44,6 +45,8 @@ CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
 # Written by DeleteRecords: the log start offset when it lies above the first segment's base.
 LOG_START_FILE = "log-start-offset"
 
+logger = logging.getLogger(__name__)
+
 
 class PartitionLog:
     """The log of one topic partition, stored in ``directory``."""
@@ -70,6 +73,8 @@ class PartitionLog:
         self.producer_state = ProducerStateManager()
         self._load_producer_state()
         self._dirty = False
+        # Messages appended since the last flush began (Kafka's flush.messages counts them).
+        self.unflushed_messages = 0
         # Segments rolled out since the last flush: they still need a full fsync.
         self._rolled: list[Segment] = []
         # Held by ``flush`` (which may run on a worker thread) and by whatever closes
@@ -154,6 +159,7 @@ class PartitionLog:
             pos += h.size
         self.segments[-1].append(data, assigned)
         self._dirty = True
+        self.unflushed_messages += next_offset - base
         return AppendResult(base, next_offset - 1, self.log_start_offset)
 
     def _maybe_roll(self, incoming_bytes: int, incoming_offsets: int) -> None:
@@ -334,12 +340,15 @@ class PartitionLog:
             if self.closed:
                 return
             self._dirty = False
+            self.unflushed_messages = 0
             rolled, self._rolled = self._rolled, []
             for seg in rolled:
                 seg.flush()
             if rolled:
                 fsync_dir(self.directory)
             self.segments[-1].flush(data_only=not full)
+            logger.debug("flushed %s up to offset %d", self.directory.name,
+                         self.log_end_offset)
 
     def expire_producers(self, now_ms: int) -> int:
         """Forget idle producers (see ``ProducerStateManager.expire``)."""

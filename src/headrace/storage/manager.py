@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from headrace.storage.config import LogConfig, canonical_overrides
+from headrace.storage.dynamic_config import DynamicBrokerConfigs
 from headrace.storage.errors import (
     InvalidConfigError,
     InvalidTopicError,
@@ -65,9 +66,12 @@ class LogManager:
 
     def __init__(self, data_dir: Path, default_config: LogConfig) -> None:
         self.data_dir = data_dir
-        self.default_config = default_config
         self.topics: dict[str, Topic] = {}
         data_dir.mkdir(parents=True, exist_ok=True)
+        # Topic defaults: start-up settings, then the dynamic broker configs (persisted).
+        self.static_config = default_config
+        self.dynamic = DynamicBrokerConfigs.load(data_dir)
+        self.default_config = self.dynamic.apply(default_config)
         (data_dir / "__topics").mkdir(exist_ok=True)
         marker = data_dir / CLEAN_SHUTDOWN_FILE
         self.recovered_uncleanly = not marker.exists() and any(data_dir.glob("__topics/*.json"))
@@ -190,6 +194,17 @@ class LogManager:
         for log in topic.partitions:
             log.config = config
         self._save_topic(topic)
+
+    def alter_broker_configs(self, scope: str, configs: dict[str, str]) -> None:
+        """Replace a dynamic broker config layer (``dynamic_config.CLUSTER`` or ``BROKER``),
+        persisted before returning; every topic without its own override follows at once.
+        ``InvalidConfigError`` (nothing changed) for an invalid or read-only one."""
+        self.dynamic.alter(scope, configs)
+        self.default_config = self.dynamic.apply(self.static_config)
+        for topic in self.topics.values():
+            topic.config = self.default_config.with_overrides(topic.config_overrides)
+            for log in topic.partitions:
+                log.config = topic.config
 
     def get_topic(self, name: str) -> Topic:
         topic = self.topics.get(name)

@@ -5,8 +5,15 @@ applies SET (0), DELETE (1) and, for list configs (cleanup.policy), APPEND (2) a
 SUBTRACT (3) to the effective value. Names and values are validated
 (``storage.config``) before anything changes: an unknown name, a value of the wrong
 type, out of range or not among the allowed ones gets INVALID_CONFIG with Kafka's wording
-in ``error_message``. Overrides are stored canonically (``compact,delete``). Broker configs
-are static here: altering them gets INVALID_REQUEST.
+in ``error_message``. Overrides are stored canonically (``compact,delete``).
+
+Broker configs (type 4): the broker-wide topic defaults under Kafka's broker names
+(``log.retention.ms``, ``log.cleaner.delete.retention.ms`` ...), on this broker (resource
+``"<node id>"``) or as the cluster-wide default (``""``), persisted in the data directory
+(``storage.dynamic_config``). As in Kafka, an invalid value or a read-only setting
+(``log.dirs``, ``num.partitions``: "Cannot update these configs dynamically: [...]") gets
+INVALID_REQUEST, and names Kafka does not know are accepted and ignored. Not implemented:
+the cleaner's thread/buffer/backoff and listener settings (read-only here).
 """
 
 from __future__ import annotations
@@ -26,9 +33,11 @@ from headrace.broker.registry import handles
 from headrace.errors import HeadraceError
 from headrace.protocol.errors import ErrorCode, KafkaProtocolError
 from headrace.storage.config import CONFIG_DEFS, ConfigType, canonical_overrides
+from headrace.storage.dynamic_config import BROKER as BROKER_SCOPE
+from headrace.storage.dynamic_config import CLUSTER
 from headrace.storage.errors import InvalidConfigError
 
-TOPIC = 2
+TOPIC, BROKER = 2, 4
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
@@ -51,10 +60,44 @@ def _list_op(ctx: RequestContext, overrides: dict[str, str], name: str, op: int,
     overrides[name] = ",".join(items)
 
 
+def _apply_broker(ctx: RequestContext, resource: Any, incremental: bool,
+                  validate_only: bool) -> None:
+    name = resource.resource_name
+    if name not in ("", str(ctx.state.config.node_id)):
+        raise KafkaProtocolError(ErrorCode.INVALID_REQUEST, f"unknown broker {name!r}")
+    logs = ctx.state.logs
+    scope = CLUSTER if name == "" else BROKER_SCOPE
+    layer = dict(logs.dynamic.layers[scope]) if incremental else {}
+    for c in resource.configs:
+        op = c.config_operation if incremental else (SET if c.value is not None else DELETE)
+        if op == SET and c.value is not None:
+            layer[c.name] = c.value
+        elif op in (SET, DELETE):
+            layer.pop(c.name, None)
+        elif op in (APPEND, SUBTRACT) and c.name == "log.cleanup.policy":
+            current = layer.get(c.name, logs.default_config.cleanup_policy)
+            items = [i for i in current.split(",") if i]
+            changes = [i.strip() for i in (c.value or "").split(",") if i.strip()]
+            items = (items + [i for i in changes if i not in items] if op == APPEND
+                     else [i for i in items if i not in changes])
+            layer[c.name] = ",".join(items)
+        else:
+            raise KafkaProtocolError(ErrorCode.INVALID_REQUEST,
+                                     f"config operation {op} not valid for {c.name}")
+    try:
+        logs.dynamic.validated(layer)
+        if not validate_only:
+            logs.alter_broker_configs(scope, layer)
+    except InvalidConfigError as e:  # Kafka answers INVALID_REQUEST for broker resources
+        raise KafkaProtocolError(ErrorCode.INVALID_REQUEST, str(e)) from e
+
+
 def _apply(ctx: RequestContext, resource: Any, incremental: bool, validate_only: bool) -> None:
+    if resource.resource_type == BROKER:
+        return _apply_broker(ctx, resource, incremental, validate_only)
     if resource.resource_type != TOPIC:
         raise KafkaProtocolError(ErrorCode.INVALID_REQUEST,
-                                 "only topic configs can be altered on this broker")
+                                 "only topic and broker configs can be altered")
     logs = ctx.state.logs
     topic = logs.get_topic(resource.resource_name)
     overrides = dict(topic.config_overrides) if incremental else {}

@@ -4,9 +4,12 @@ Topic configs: every config of ``storage.config.CONFIG_DEFS`` with its effective
 source: DYNAMIC_TOPIC_CONFIG for a topic override, STATIC_BROKER_CONFIG where the broker's
 own default (a ``headrace broker --config`` setting) differs from Kafka's, else
 DEFAULT_CONFIG; with ``include_synonyms`` (v1+) the chain override -> broker setting ->
-default; config types and, with ``include_documentation`` (v3+), a one-line doc. Broker
-configs are read-only and all reported as STATIC_BROKER_CONFIG (fixed at start-up): the
-broker-wide topic defaults under Kafka's broker names, the cleaner and listener settings.
+default, with DYNAMIC_BROKER_CONFIG / DYNAMIC_DEFAULT_BROKER_CONFIG (AlterConfigs on the
+broker resource) in between; config types and, with ``include_documentation`` (v3+), a
+one-line doc. Broker resource ``"<node id>"``: the broker-wide topic defaults under
+Kafka's broker names (dynamic, with the same sources and synonyms), and the cleaner and
+listener settings (read-only, STATIC_BROKER_CONFIG). Resource ``""`` (the cluster-wide
+default): only the configs set there, as Kafka.
 """
 
 from __future__ import annotations
@@ -20,14 +23,40 @@ from headrace.broker.registry import handles
 from headrace.broker.state import BrokerState
 from headrace.protocol.errors import ErrorCode
 from headrace.storage.config import CONFIG_DEFS, ConfigType, describe_topic_configs
+from headrace.storage.dynamic_config import BROKER as BROKER_SCOPE
+from headrace.storage.dynamic_config import CLUSTER, READ_ONLY
 
 _Result = DescribeConfigsResponse.DescribeConfigsResult
 _Entry = _Result.DescribeConfigsResourceResult
 _Synonym = _Entry.DescribeConfigsSynonym
 
 TOPIC, BROKER = 2, 4
-DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
-SOURCES = {"topic": DYNAMIC_TOPIC_CONFIG, "broker": STATIC_BROKER_CONFIG, "default": DEFAULT_CONFIG}
+DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 1, 2, 3
+STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 4, 5
+SOURCES = {"topic": DYNAMIC_TOPIC_CONFIG, "dynamic_broker": DYNAMIC_BROKER_CONFIG,
+           "dynamic_default": DYNAMIC_DEFAULT_BROKER_CONFIG, "broker": STATIC_BROKER_CONFIG,
+           "default": DEFAULT_CONFIG}
+
+
+def _layers(state: BrokerState) -> dict[str, dict[str, str]]:
+    dynamic = state.logs.dynamic.layers
+    return {"dynamic_broker": dynamic[BROKER_SCOPE], "dynamic_default": dynamic[CLUSTER]}
+
+
+def _entries(state: BrokerState, overrides: dict[str, str], as_broker: bool, synonyms: bool,
+             docs: bool) -> list[Any]:
+    """The topic configs (under broker names with ``as_broker``) as DescribeConfigs entries."""
+    out = []
+    for c in describe_topic_configs(state.logs.static_config, overrides, _layers(state)):
+        name = CONFIG_DEFS[c.name].broker_name if as_broker else c.name
+        out.append(_Entry(
+            name=name, value=c.value, read_only=as_broker and name in READ_ONLY,
+            config_source=SOURCES[c.source],
+            is_default=c.source == "default", is_sensitive=False,
+            synonyms=[_Synonym(name=n, value=v, source=SOURCES[s]) for n, v, s in c.synonyms]
+            if synonyms else [],
+            config_type=int(c.type), documentation=c.doc if docs else None))
+    return out
 
 
 def broker_configs(state: BrokerState) -> dict[str, tuple[str, ConfigType]]:
@@ -68,20 +97,27 @@ def _describe(state: BrokerState, resource: Any, synonyms: bool, docs: bool) -> 
         if topic is None:
             return _error(rtype, name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                           f"unknown topic {name!r}")
-        for c in describe_topic_configs(state.logs.default_config, topic.config_overrides):
-            if keys is not None and c.name not in keys:
-                continue
-            entries.append(_Entry(
-                name=c.name, value=c.value, read_only=False, config_source=SOURCES[c.source],
-                is_default=c.source == "default", is_sensitive=False,
-                synonyms=[_Synonym(name=n, value=v, source=SOURCES[s]) for n, v, s in c.synonyms]
-                if synonyms else [],
-                config_type=int(c.type), documentation=c.doc if docs else None))
+        entries = [e for e in _entries(state, topic.config_overrides, False, synonyms, docs)
+                   if keys is None or e.name in keys]
     elif rtype == BROKER:
         if name not in ("", str(state.config.node_id)):
             return _error(rtype, name, ErrorCode.RESOURCE_NOT_FOUND, f"unknown broker {name!r}")
+        dynamic = {e.name: e for e in _entries(state, {}, True, synonyms, docs)}
+        if name == "":  # the cluster-wide default: only what is set there, as set there
+            cluster = state.logs.dynamic.layers[CLUSTER]
+            dynamic = {k: _Entry(
+                name=k, value=cluster[k], read_only=False,
+                config_source=DYNAMIC_DEFAULT_BROKER_CONFIG, is_default=False,
+                is_sensitive=False, config_type=e.config_type, documentation=e.documentation,
+                synonyms=[_Synonym(name=k, value=cluster[k], source=DYNAMIC_DEFAULT_BROKER_CONFIG)]
+                if synonyms else [])
+                for k, e in dynamic.items() if k in cluster}
         for key, (value, type_) in sorted(broker_configs(state).items()):
             if keys is not None and key not in keys:
+                continue
+            if key in dynamic or name == "":
+                if key in dynamic:
+                    entries.append(dynamic[key])
                 continue
             entries.append(_Entry(
                 name=key, value=value, read_only=True, config_source=STATIC_BROKER_CONFIG,

@@ -4,8 +4,10 @@ Each partition's record set is split into v2 batches, every batch checked (magic
 framing, CRC-32C, size) before any is appended, then appended verbatim with offsets
 assigned by rewriting baseOffset. ``acks=0`` gets no response; ``acks=1`` and
 ``acks=-1`` are answered after the append (the page cache survives a killed broker) or,
-with ``flush.on.ack``, after a group-commit fsync (a deferred response: the connection
-goes on appending pipelined requests, which then share fsyncs). Errors: UNSUPPORTED_FOR_MESSAGE_FORMAT
+with ``flush.on.ack``, or once the topic's ``flush.messages`` unflushed messages are
+reached, after a group-commit fsync (a deferred response: the connection goes on
+appending pipelined requests, which then share fsyncs); ``flush.ms`` arms a timer that
+fsyncs the partition at most that long after an unflushed append. Errors: UNSUPPORTED_FOR_MESSAGE_FORMAT
 (magic 0/1), CORRUPT_MESSAGE (CRC), MESSAGE_TOO_LARGE (the topic's max.message.bytes),
 INVALID_RECORD (a null key in a compacted topic) and INVALID_TIMESTAMP (outside
 message.timestamp.before/after.max.ms) refuse the whole batch, naming each refused
@@ -35,6 +37,7 @@ from headrace.broker.registry import DeferredResponse, handles
 from headrace.errors import HeadraceError
 from headrace.protocol.errors import ErrorCode, KafkaProtocolError, RecordValidationError
 from headrace.protocol.records import validate_batches
+from headrace.storage.config import LONG_MAX
 from headrace.storage.log import PartitionLog
 
 _TopicResp = ProduceResponse.TopicProduceResponse
@@ -76,8 +79,11 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                     f"{topic_data.name}-{pd.index}")
                 result = partition_log.append(data, headers)
                 state.notifier.notify((topic_data.name, pd.index))
-                if partition_log.config.flush_on_ack:
+                cfg = partition_log.config
+                if cfg.flush_on_ack or partition_log.unflushed_messages >= cfg.flush_messages:
                     to_flush.add(partition_log)
+                elif cfg.flush_ms != LONG_MAX:
+                    state.flusher.flush_later(partition_log, cfg.flush_ms)
                 parts.append(_PartResp(index=pd.index, error_code=0,
                                        base_offset=result.base_offset,
                                        log_append_time_ms=append_time,
@@ -94,6 +100,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                 parts.append(part)
         answers.append((topic_data.name, parts))
     if acks == 0:
+        if to_flush:
+            state.flusher.flush_soon(to_flush)
         return None
 
     def build(error: BaseException | None) -> Any:

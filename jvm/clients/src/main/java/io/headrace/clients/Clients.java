@@ -93,7 +93,11 @@ final class Clients {
     }
 
     static void await(String what, BooleanSupplier done) {
-        long deadline = System.nanoTime() + TIMEOUT.toNanos();
+        await(what, done, TIMEOUT);
+    }
+
+    static void await(String what, BooleanSupplier done, Duration timeout) {
+        long deadline = System.nanoTime() + timeout.toNanos();
         while (!done.getAsBoolean()) {
             if (System.nanoTime() > deadline) throw new IllegalStateException("timed out " + what);
             try {

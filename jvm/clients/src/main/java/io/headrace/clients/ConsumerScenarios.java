@@ -120,10 +120,12 @@ final class ConsumerScenarios {
 
     static List<Map<String, Object>> pollUntil(KafkaConsumer<String, String> c, int count) {
         List<Map<String, Object>> seen = new ArrayList<>();
+        // A group read waits for a join (and, on a loaded machine, for the previous
+        // member's departure to settle): twice the usual allowance.
         Clients.await("consuming " + count + " records", () -> {
             for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(100))) seen.add(Clients.record(r));
             return seen.size() >= count;
-        });
+        }, Clients.TIMEOUT.multipliedBy(2));
         return seen;
     }
 

@@ -32,8 +32,9 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import psutil  # type: ignore[import-untyped]
@@ -191,6 +192,29 @@ def end_to_end(bootstrap: str, topic: str, records: int) -> tuple[float, float, 
     return parse_latency(out)
 
 
+def _measure(spec: BrokerSpec, pid: int, results: Results, cell: Cell, records: int,
+             run: Callable[[], tuple[float, float]], label: str,
+             before: Callable[[], object] | None = None) -> None:
+    """Run one cell's tool, record its rates and the broker's CPU per million records (or
+    the error), and print a line."""
+    try:
+        if before is not None:
+            before()
+        cpu0 = broker_cpu_s(pid)
+        rps, mbps = run()
+        cpu = (broker_cpu_s(pid) - cpu0) / records * 1e6
+    except (RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
+        results.errors.append(f"{spec.name} {cell}: {e}")
+        print(f"  {spec.name} {cell}: FAILED {e}", flush=True)
+        return
+    r = results.rates.setdefault((spec.kind, cell), Rates())
+    r.records_per_s.append(rps)
+    r.mb_per_s.append(mbps)
+    r.cpu_s_per_m.append(cpu)
+    print(f"  {spec.name:9} {label}: {rps:12,.0f} rec/s {mbps:8.1f} MB/s, "
+          f"broker CPU {cpu:6.2f} s/M", flush=True)
+
+
 def run_broker(spec: BrokerSpec, sizes: Sizes, results: Results) -> None:
     """One fresh broker: a warm-up (so that a JVM broker's JIT has compiled its hot paths),
     every produce cell, every consume cell, then the latency test."""
@@ -209,40 +233,15 @@ def run_broker(spec: BrokerSpec, sizes: Sizes, results: Results) -> None:
             for parts in sizes.partitions:
                 for acks in sizes.acks:
                     topic = f"perf-{size}b-{parts}p-acks{acks}"
-                    cell = Cell("produce", size, parts, acks)
-                    try:
-                        create_topic(bs, topic, parts)
-                        cpu0 = broker_cpu_s(broker.pid)
-                        rps, mbps = produce(bs, topic, records, size, acks)
-                        cpu = (broker_cpu_s(broker.pid) - cpu0) / records * 1e6
-                    except (RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
-                        results.errors.append(f"{spec.name} {cell}: {e}")
-                        print(f"  {spec.name} {cell}: FAILED {e}", flush=True)
-                        continue
-                    r = results.rates.setdefault((spec.kind, cell), Rates())
-                    r.records_per_s.append(rps)
-                    r.mb_per_s.append(mbps)
-                    r.cpu_s_per_m.append(cpu)
-                    print(f"  {spec.name:9} produce {size:>5} B x{parts} acks={acks:3}: "
-                          f"{rps:12,.0f} rec/s {mbps:8.1f} MB/s, broker CPU {cpu:6.2f} s/M",
-                          flush=True)
-                cell = Cell("consume", size, parts, "-")
+                    create = partial(create_topic, bs, topic, parts)
+                    run = partial(produce, bs, topic, records, size, acks)
+                    _measure(spec, broker.pid, results, Cell("produce", size, parts, acks),
+                             records, run, f"produce {size:>5} B x{parts} acks={acks:3}",
+                             before=create)
                 topic = f"perf-{size}b-{parts}p-acks{sizes.acks[-1]}"
-                try:
-                    cpu0 = broker_cpu_s(broker.pid)
-                    rps, mbps = consume(bs, topic, records)
-                    cpu = (broker_cpu_s(broker.pid) - cpu0) / records * 1e6
-                except (RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
-                    results.errors.append(f"{spec.name} {cell}: {e}")
-                    print(f"  {spec.name} {cell}: FAILED {e}", flush=True)
-                    continue
-                r = results.rates.setdefault((spec.kind, cell), Rates())
-                r.records_per_s.append(rps)
-                r.mb_per_s.append(mbps)
-                r.cpu_s_per_m.append(cpu)
-                print(f"  {spec.name:9} consume {size:>5} B x{parts}         : "
-                      f"{rps:12,.0f} rec/s {mbps:8.1f} MB/s, broker CPU {cpu:6.2f} s/M",
-                      flush=True)
+                _measure(spec, broker.pid, results, Cell("consume", size, parts, "-"), records,
+                         partial(consume, bs, topic, records),
+                         f"consume {size:>5} B x{parts}         ")
         topic = "perf-latency"
         try:
             create_topic(bs, topic, 1)

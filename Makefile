@@ -21,9 +21,10 @@ $(STAMP): pyproject.toml
 	@bash scripts/setup-system.sh
 	@touch .stamp-system
 
-# JVM pieces from Maven Central: Spark's Kafka connector, Apache Kafka, the Java client.
+# JVM pieces from Maven Central: Spark's Kafka connector, Apache Kafka, the Java client;
+# the real-time rule operator, compiled against the venv's PySpark jars (hence after the venv).
 JVM_SOURCES := $(shell find jvm -name pom.xml -o -name '*.java' 2>/dev/null)
-jvm/lib/.stamp: $(JVM_SOURCES) scripts/setup-jvm.sh
+jvm/lib/.stamp: $(JVM_SOURCES) scripts/setup-jvm.sh $(STAMP)
 	@if bash scripts/setup-jvm.sh; then touch jvm/lib/.stamp; else echo "continuing without the JVM pieces" >&2; fi
 
 demo: setup

@@ -5,7 +5,9 @@ Central into ``jvm/lib/<component>/`` once:
 
 - ``spark-kafka``: Spark's own Kafka connector (``format("kafka")``) and the jars PySpark lacks;
 - ``kafka``: an Apache Kafka broker (KRaft) and Kafka's tools, the reference broker;
-- ``clients``: the Java Kafka client and headrace's scenario driver for it.
+- ``clients``: the Java Kafka client and headrace's scenario driver for it;
+- ``realtime``: the real-time path's JVM rule operator (``headrace.realtime``), compiled
+  against the venv's PySpark jars.
 
 ``HEADRACE_JVM_LIB`` overrides the folder (e.g. for an installed, non-editable headrace).
 Nothing here starts a JVM at import time; every function is cheap and side-effect free.
@@ -20,7 +22,7 @@ from typing import Literal
 
 from headrace.errors import HeadraceError
 
-Component = Literal["spark-kafka", "kafka", "clients"]
+Component = Literal["spark-kafka", "kafka", "clients", "realtime"]
 
 
 class JvmUnavailableError(HeadraceError):

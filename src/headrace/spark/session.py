@@ -23,6 +23,15 @@ def kafka_connector_jars() -> list[str]:
         return []
 
 
+def realtime_jars() -> list[str]:
+    """The real-time path's JVM rule operator (``jvm/lib/realtime``, built by ``make
+    setup``); an empty list when it was not built. Cheap, no JVM."""
+    try:
+        return [str(j) for j in jvm.jars("realtime")]
+    except jvm.JvmUnavailableError:
+        return []
+
+
 def local_session(app_name: str = "headrace", master: str = "local[2]",
                   shuffle_partitions: int = 2, kafka_connector: bool = True) -> SparkSession:
     """Get or create a session on ``master`` with ``format("headrace")`` registered and the
@@ -32,8 +41,9 @@ def local_session(app_name: str = "headrace", master: str = "local[2]",
 
     With ``kafka_connector`` (the default) and the jars of ``kafka_connector_jars()``
     present, Spark's own ``format("kafka")`` is on the classpath too (``spark.jars``: the
-    driver and every executor get them); without the jars the session silently has
-    ``format("headrace")`` only. Settings of a session that already exists are not changed.
+    driver and every executor get them), and so is the real-time rule operator
+    (``realtime_jars()``); without the jars the session silently has ``format("headrace")``
+    only. Settings of a session that already exists are not changed.
     """
     from headrace.spark import register
     from headrace.streaming import configure
@@ -52,7 +62,7 @@ def local_session(app_name: str = "headrace", master: str = "local[2]",
                .config("spark.sql.streaming.stopTimeout", "20s")
                .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
                .config("spark.driver.memory", "2g"))
-    connector = kafka_connector_jars() if kafka_connector else []
+    connector = kafka_connector_jars() + realtime_jars() if kafka_connector else []
     if connector:
         builder = builder.config("spark.jars", ",".join(connector))
     spark = builder.getOrCreate()

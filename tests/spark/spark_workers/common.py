@@ -13,7 +13,7 @@ import time
 from pyspark.sql import SparkSession
 
 from headrace.spark import register
-from headrace.spark.session import kafka_connector_jars
+from headrace.spark.session import kafka_connector_jars, realtime_jars
 
 
 def say(event: str) -> None:
@@ -29,8 +29,8 @@ def build_session(master: str, app: str, shuffle_partitions: int = 2,
     """A SparkSession on ``master`` (``local[2]`` or ``local-cluster[N,C,M]``) with
     ``format("headrace")`` registered. Executors (local-cluster: separate JVMs that start
     their own Python workers) get this interpreter as ``PYSPARK_PYTHON``. With
-    ``kafka_connector``, Spark's ``format("kafka")`` jars (when built) go in ``spark.jars``,
-    which ships them to every executor."""
+    ``kafka_connector``, Spark's ``format("kafka")`` jars and the real-time rule operator
+    (when built) go in ``spark.jars``, which ships them to every executor."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     builder = (SparkSession.builder.master(master).appName(app)
@@ -43,7 +43,7 @@ def build_session(master: str, app: str, shuffle_partitions: int = 2,
     if fast_jvm:
         builder = (builder.config("spark.driver.extraJavaOptions", FAST_JVM_START)
                    .config("spark.executor.extraJavaOptions", FAST_JVM_START))
-    connector = kafka_connector_jars() if kafka_connector else []
+    connector = kafka_connector_jars() + realtime_jars() if kafka_connector else []
     if connector:
         builder = builder.config("spark.jars", ",".join(connector))
     if master.startswith("local-cluster"):

@@ -119,9 +119,9 @@ def run(bootstrap_servers: str, config: FraudConfig | None = None, *,
     are listed as partial). ``on_progress(sent, elapsed_s)`` is called from this thread every
     ``progress_interval_s`` and once at the end. ``generator`` (built from ``config`` when
     not given) lets a caller watch ``generator.truth()`` while it runs (best effort: the
-    generator is not thread-safe). ``before_stream`` (real time only) is called once the
-    profiles are acknowledged, before the first transaction: a demo waits there for its
-    pipeline to load them. The truth is also written to
+    generator is not thread-safe). ``before_stream`` is called once the profiles are
+    acknowledged, before the first transaction: a demo or test waits there for its pipeline
+    to load them. The truth is also written to
     ``truth_path`` if given. ``FraudRunError`` if a record is not acknowledged.
     """
     config = generator.config if generator is not None else config or FraudConfig()
@@ -146,10 +146,10 @@ def run(bootstrap_servers: str, config: FraudConfig | None = None, *,
         if stop is not None and stop.is_set():
             break
     else:
+        sender.flush(errors)
+        if before_stream is not None:
+            before_stream()
         if realtime:
-            sender.flush(errors)
-            if before_stream is not None:
-                before_stream()
             start = _now_ms()
         for event in generator.stream(start):
             if realtime:

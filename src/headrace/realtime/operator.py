@@ -1,0 +1,112 @@
+"""Applying a ``RuleSet`` to a streaming DataFrame: Spark SQL for the predicates, then the
+JVM rule operator (Java transformWithState), so the whole plan can run in Real-Time Mode.
+
+``apply_rules`` needs the operator's jar in the session (``make setup`` builds
+``jvm/lib/realtime``; ``headrace.spark.session.local_session`` adds it). Its output has one
+row per row that fired: ``key``, ``id``, ``event_time_ms``, ``reasons`` (rule names, in rule
+order), ``score``, then the rule set's ``carry`` columns. ``python_operators`` lists the
+Python operators of a plan (there must be none for Real-Time Mode).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from py4j.protocol import Py4JError, Py4JJavaError
+from pyspark.errors import IllegalArgumentException
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import TimestampNTZType, TimestampType
+
+from headrace.realtime.errors import NotRealTimeError, RealtimeError, RuleError
+from headrace.realtime.rules import RuleSet, compile_spec, flag_column, predicate
+
+KIND = "__kind"
+TIME = "__t"
+OPERATOR_CLASS = "io.headrace.realtime.Rules"
+_PYTHON_NODE = re.compile(r"\b\w*(Python|Pandas|PySpark|MapInArrow|InArrow)\w*")
+
+
+def has_rule_operator(spark: SparkSession) -> bool:
+    """True when the JVM rule operator's class loads in ``spark`` (cheap, starts nothing)."""
+    jvm_view = spark.sparkContext._jvm
+    if jvm_view is None:
+        return False
+    try:
+        loader = jvm_view.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
+        loader.loadClass(OPERATOR_CLASS)
+    except Py4JError:
+        return False
+    return True
+
+
+def apply_rules(rows: DataFrame, rules: RuleSet) -> DataFrame:
+    """``rows`` through ``rules``: a streaming (or batch) DataFrame of alerts.
+
+    ``rows`` holds events and, if ``rules.profile`` is set, profile rows (told apart by
+    ``rules.profile.when``). Raises ``RuleError`` naming a missing column or a bad rule,
+    ``RealtimeError`` when the operator's jar is not in the session.
+    """
+    spark = rows.sparkSession
+    if not has_rule_operator(spark):
+        raise RealtimeError(
+            f"{OPERATOR_CLASS} is not on this session's classpath: run `make setup` (it "
+            "builds jvm/lib/realtime) and start the session with "
+            "headrace.spark.session.local_session")
+    spec = compile_spec(rules, kind=KIND, time=TIME)
+    columns = set(rows.columns)
+    needed = {rules.key, rules.id, rules.event_time, *rules.carry, *json.loads(spec)["fields"]}
+    if rules.profile is not None:
+        needed |= {rules.profile.time, *rules.profile.fields}
+    missing = sorted(needed - columns)
+    if missing:
+        raise RuleError(f"columns {missing} are not in the input ({sorted(columns)})")
+    event_ms = _epoch_ms(rows, rules.event_time)
+    if rules.profile is not None:
+        is_profile = F.coalesce(predicate(rules.profile.when), F.lit(False))
+        kind = F.when(is_profile, F.lit("profile")).otherwise(F.lit("event"))
+        t = F.when(is_profile, _epoch_ms(rows, rules.profile.time)).otherwise(event_ms)
+    else:
+        kind, t = F.lit("event"), event_ms
+    prepared = rows.withColumn(KIND, kind).withColumn(TIME, t.cast("long"))
+    for r in rules.rules:
+        for which in ("where", "when"):
+            p = getattr(r, which, None)
+            if p is not None:
+                prepared = prepared.withColumn(flag_column(r.name, which),
+                                               F.coalesce(predicate(p), F.lit(False)))
+    keep = [c for c in prepared.columns
+            if c in needed or c in (KIND, TIME) or c.startswith(("__where_", "__when_"))]
+    prepared = prepared.select(*keep).where(
+        F.col(rules.key).isNotNull() & F.col(TIME).isNotNull()
+        & (F.col(rules.id).isNotNull() | (F.col(KIND) == "profile")))
+    jvm_view = spark.sparkContext._jvm
+    assert jvm_view is not None
+    try:
+        jdf = jvm_view.io.headrace.realtime.Rules.apply(prepared._jdf, spec)
+    except (Py4JJavaError, IllegalArgumentException) as e:
+        raise RuleError(f"the rule operator refused the rule set: {e}") from e
+    return DataFrame(jdf, spark)
+
+
+def _epoch_ms(rows: DataFrame, name: str) -> Column:
+    dtype = rows.schema[name].dataType
+    if isinstance(dtype, TimestampType | TimestampNTZType):
+        return F.unix_millis(F.col(name).cast("timestamp"))
+    return F.col(name).cast("long")
+
+
+def python_operators(df: DataFrame) -> list[str]:
+    """Names of the Python operators in ``df``'s analyzed plan (UDFs, pandas/Arrow maps,
+    Python transformWithState, Python data sources); empty when Real-Time Mode can run it."""
+    plan = str(df._jdf.queryExecution().analyzed().toString())
+    return sorted({m.group(0) for m in _PYTHON_NODE.finditer(plan)})
+
+
+def require_real_time(df: DataFrame) -> None:
+    """``NotRealTimeError`` naming the Python operators on ``df``'s plan, if any."""
+    found = python_operators(df)
+    if found:
+        raise NotRealTimeError(
+            f"Real-Time Mode runs JVM operators only; this plan has {', '.join(found)}")

@@ -1,0 +1,39 @@
+"""Worker for the real-time path's tests: the fraud query in Real-Time Mode on a session of
+its own (``local[8]``: 5 source partitions + 2 shuffle partitions need 7 task slots).
+
+``python -m tests.pipelines.realtime_worker BOOTSTRAP CHECKPOINT INTERVAL``; says ``started``
+once the query runs, then ``progress <json>`` with the source end offsets (per topic, summed
+over partitions) at each checkpoint, and ``failed <error>`` if the query dies.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from headrace.pipelines.fraud.realtime import RealtimeConfig, start
+from tests.spark.spark_workers.common import build_session, say
+
+
+def main() -> None:
+    bootstrap, checkpoint, interval = sys.argv[1], sys.argv[2], sys.argv[3]
+    spark = build_session("local[8]", "fraud-realtime-worker", kafka_connector=True)
+    query = start(spark, RealtimeConfig(bootstrap, checkpoint, checkpoint_interval=interval))
+    say("started")
+    seen = -1
+    while query.isActive:
+        progress = query.lastProgress
+        if progress and progress["batchId"] != seen:
+            seen = progress["batchId"]
+            ends: dict[str, int] = {}
+            for source in progress["sources"]:
+                for topic, parts in json.loads(source.get("endOffset") or "{}").items():
+                    ends[topic] = ends.get(topic, 0) + sum(int(o) for o in parts.values())
+            say(f"progress {json.dumps(ends)}")
+        time.sleep(0.2)
+    say(f"failed {query.exception()}")
+
+
+if __name__ == "__main__":
+    main()

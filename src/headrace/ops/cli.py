@@ -310,6 +310,10 @@ def demo(
         int, typer.Option(min=1, help="payments: partitions of the demo topic.")
     ] = 3,
     topic: Annotated[str, typer.Option(help="payments: topic to use.")] = "demo-payments",
+    engine: Annotated[
+        str, typer.Option("--engine", help="fraud: realtime (Spark Real-Time Mode, checked by "
+                                           "the micro-batch pipeline) or microbatch.")
+    ] = "realtime",
     bootstrap_servers: Annotated[
         str | None,
         typer.Option(
@@ -320,8 +324,8 @@ def demo(
     ] = None,
 ) -> None:
     """Run a demo. fraud: an embedded broker, a generator of card transactions with
-    injected fraud, and the Spark detection pipeline, with a live view and a summary
-    (precision, recall, detection latency). payments: write card payments, read them back
+    injected fraud, and the Spark detection pipelines (the real-time path, checked by the
+    micro-batch one), with a live view and a summary (precision, recall, detection latency). payments: write card payments, read them back
     and verify them."""
     if scenario == "payments":
         from headrace.ops.demo import DemoSettings, run_demo
@@ -335,9 +339,12 @@ def demo(
         return
     if scenario != "fraud":
         raise typer.BadParameter(f"unknown demo {scenario!r}: fraud or payments")
+    if engine not in ("realtime", "microbatch"):
+        raise typer.BadParameter(f"unknown engine {engine!r}: realtime or microbatch")
     from headrace.pipelines.fraud.live import LiveSettings, run_live
 
     summary = run_live(LiveSettings(rate=rate, duration_s=duration,
+                                    engine="realtime" if engine == "realtime" else "microbatch",
                                     bootstrap_servers=bootstrap_servers), stderr)
     stdout.print(summary.render())
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from py4j.protocol import Py4JError
@@ -32,8 +34,29 @@ def realtime_jars() -> list[str]:
         return []
 
 
+@contextlib.contextmanager
+def _stderr_to(path: str | None) -> Iterator[None]:
+    """While open, file descriptor 2 (and so a JVM started meanwhile, and the Python
+    workers it forks) writes to ``path``; this process's own stderr is restored after."""
+    if path is None:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(target, 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(target)
+
+
 def local_session(app_name: str = "headrace", master: str = "local[2]",
-                  shuffle_partitions: int = 2, kafka_connector: bool = True) -> SparkSession:
+                  shuffle_partitions: int = 2, kafka_connector: bool = True,
+                  jvm_log: str | None = None) -> SparkSession:
     """Get or create a session on ``master`` with ``format("headrace")`` registered and the
     event-time toolkit's settings (RocksDB state store, UTC). Python workers use this
     interpreter (PySpark's workers time out when it is not the venv's). Blocks ~7 s the
@@ -43,7 +66,8 @@ def local_session(app_name: str = "headrace", master: str = "local[2]",
     present, Spark's own ``format("kafka")`` is on the classpath too (``spark.jars``: the
     driver and every executor get them), and so is the real-time rule operator
     (``realtime_jars()``); without the jars the session silently has ``format("headrace")``
-    only. Settings of a session that already exists are not changed.
+    only. Settings of a session that already exists are not changed. ``jvm_log``: a file
+    that takes everything the JVM and its Python workers print (a demo's clean terminal).
     """
     from headrace.spark import register
     from headrace.streaming import configure
@@ -65,7 +89,8 @@ def local_session(app_name: str = "headrace", master: str = "local[2]",
     connector = kafka_connector_jars() + realtime_jars() if kafka_connector else []
     if connector:
         builder = builder.config("spark.jars", ",".join(connector))
-    spark = builder.getOrCreate()
+    with _stderr_to(jvm_log):
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     configure(spark)

@@ -1,12 +1,20 @@
-"""``headrace demo fraud``: broker, generator and Spark pipeline together, with a live view.
+"""``headrace demo fraud``: broker, generator and Spark pipelines together, with a live view.
 
-Starts an embedded broker (unless given one), a SparkSession on ``local[2]``, the fraud
-pipeline (``pipeline.start``), the generator in real time on a thread, and a read_committed
-consumer of the alerts topic that measures detection latency: the time an alert becomes
-readable minus its transaction's event time. The terminal view (rich) refreshes twice a
-second; at the end the generator stops, the pipeline drains what is left, and a summary
-with precision, recall and latency percentiles is printed. Topics stay for
-``headrace consume``.
+Starts an embedded broker (unless given one), a SparkSession, the generator in real time on
+a thread, and a read_committed consumer of the alerts that measures detection latency: the
+time an alert becomes readable minus its transaction's event time. Two engines:
+
+- ``realtime`` (the default): the real-time path (``realtime.py``: Spark Real-Time Mode,
+  rules on the JVM operator) writes ``fraud-alerts``; beside it the micro-batch pipeline
+  (``pipeline.py``) keeps the late-data side output and the dead letters and writes its
+  own alerts to ``fraud-alerts-microbatch``, which checks the real-time path: the summary
+  counts the alerts (card, rule) both paths raised and those only one did;
+- ``microbatch``: today's micro-batch pipeline alone (alerts to ``fraud-alerts``).
+
+When the real-time path's JVM pieces are missing (no Maven Central at setup), the demo says
+so once and runs the micro-batch engine. The terminal view (rich) refreshes twice a second;
+at the end the generator stops, the pipelines drain, and a summary with precision, recall,
+latency percentiles and the check is printed. Topics stay for ``headrace consume``.
 """
 
 from __future__ import annotations
@@ -16,22 +24,25 @@ import json
 import tempfile
 import threading
 import time
-from collections import deque
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from rich.console import Console, Group
+from rich.console import Console
 from rich.live import Live
-from rich.table import Table
 
 from headrace.pipelines.errors import PipelineError
+from headrace.pipelines.fraud import realtime
 from headrace.pipelines.fraud.config import FraudConfig
 from headrace.pipelines.fraud.generator import FraudTopics, run
+from headrace.pipelines.fraud.live_view import LiveState, LiveSummary, percentile, view
 from headrace.pipelines.fraud.pipeline import PipelineConfig, PipelineTopics, start
 from headrace.pipelines.fraud.stream import FraudGenerator
-from headrace.pipelines.fraud.truth import GroundTruth, Score
+from headrace.pipelines.fraud.truth import GroundTruth
+
+Engine = Literal["realtime", "microbatch"]
+CHECK_ALERTS_TOPIC = "fraud-alerts-microbatch"
 
 
 @dataclass(frozen=True)
@@ -46,77 +57,38 @@ class LiveSettings:
     """Latency counts only alerts on transactions this long after the stream started (the
     first micro-batch also loads every profile; benchmarks skip that warm-up)."""
     topics: PipelineTopics = field(default_factory=PipelineTopics)
+    engine: Engine = "realtime"
+    check: bool = True
+    """realtime engine: run the micro-batch pipeline beside it (late side output, dead
+    letters, and the check of every real-time alert)."""
+    network_delay_ms: tuple[float, float] = (5.0, 20.0)
+    """Simulated card-terminal-to-broker delay (median, p99), part of detection latency."""
+    checkpoint_interval: str = "1 minute"
+    """realtime engine: Real-Time Mode's checkpoint period."""
 
 
-@dataclass
-class LiveState:
-    """What the view shows; written by the threads, read by the view (GIL-consistent)."""
+def realtime_unavailable() -> str | None:
+    """Why the real-time path cannot run here (its jars were not built), or None."""
+    from headrace.spark.session import kafka_connector_jars, realtime_jars
 
-    sent: int = 0
-    started: float = field(default_factory=time.monotonic)
-    alerts: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=8))
-    all_alerts: list[tuple[str, int, Any]] = field(default_factory=list)
-    latencies_ms: list[int] = field(default_factory=list)
-    late: int = 0
-    parsed: int = 0
-    dead_letters: int = 0
-    lag: int = 0
-    processed_per_s: float = 0.0
-    batches: int = 0
-    truth: GroundTruth | None = None
-    phase: str = "starting"
-    measure_from_ms: float = 0.0
-    lag_samples: list[tuple[float, int]] = field(default_factory=list)
+    if not kafka_connector_jars():
+        return "Spark's Kafka connector (jvm/lib/spark-kafka) was not built"
+    if not realtime_jars():
+        return "the real-time rule operator (jvm/lib/realtime) was not built"
+    return None
 
 
-@dataclass(frozen=True)
-class LiveSummary:
-    lag_samples: list[tuple[float, int]]
-    events: int
-    alerts: int
-    score: Score
-    p50_ms: int
-    p99_ms: int
-    late: int
-    expected_late: int
-    dead_letters: int
-    expected_dead_letters: int
-    elapsed_s: float
-
-    def render(self) -> str:
-        s = self.score
-        return "\n".join([
-            f"fraud demo: {self.events} records in {self.elapsed_s:.0f} s, "
-            f"{self.alerts} alerts",
-            f"precision {s.precision:.3f}  recall {s.recall:.3f}  "
-            f"({s.matched_incidents}/{s.incidents} incidents found)",
-            f"detection latency p50 {self.p50_ms} ms  p99 {self.p99_ms} ms "
-            "(event time to alert readable, read_committed)",
-            f"late (side output) {self.late}  expected {self.expected_late}; "
-            f"dead letters {self.dead_letters}  expected {self.expected_dead_letters}",
-            "topics kept: transactions, user-profiles, fraud-alerts, transactions-late, "
-            "transactions-dlq (try: headrace consume fraud-alerts)",
-        ])
-
-
-def percentile(values: list[int], q: float) -> int:
-    if not values:
-        return 0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def _spark(log: Console) -> Any:
+def _spark(log: Console, master: str, checkpoint: str) -> Any:
     from headrace.spark.session import local_session
 
-    log.print("starting Spark (local[2]) ...")
-    return local_session("headrace-fraud")
+    jvm_log = f"{checkpoint}/spark.log"
+    log.print(f"starting Spark ({master}); its log: {jvm_log} ...")
+    return local_session("headrace-fraud", master=master, jvm_log=jvm_log)
 
 
-def _ensure_output_topics(bootstrap: str, topics: PipelineTopics) -> None:
+def _ensure_output_topics(bootstrap: str, names: list[str]) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(t, num_partitions=1) for t in
-                                   (topics.alerts, topics.late, topics.dead_letters)])
+    futures = admin.create_topics([NewTopic(t, num_partitions=1) for t in names])
     for name, f in futures.items():
         try:
             f.result(30)
@@ -125,24 +97,32 @@ def _ensure_output_topics(bootstrap: str, topics: PipelineTopics) -> None:
                 raise PipelineError(f"cannot create topic {name}: {e}") from e
 
 
-def _watch_alerts(bootstrap: str, topics: PipelineTopics, state: LiveState,
-                  stop: threading.Event) -> None:
-    """Read alerts (and count dead letters) as a read_committed consumer sees them."""
+def _watch_alerts(bootstrap: str, alerts_topic: str, check_topic: str | None,
+                  dead_letters: str, state: LiveState, stop: threading.Event) -> None:
+    """Read alerts (and the check's alerts, and count dead letters) as a read_committed
+    consumer sees them."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "headrace-fraud-demo",
                          "isolation.level": "read_committed", "enable.auto.commit": False,
-                         "auto.offset.reset": "earliest"})
-    consumer.assign([TopicPartition(topics.alerts, 0, 0),
-                     TopicPartition(topics.dead_letters, 0, 0)])
+                         "auto.offset.reset": "earliest", "fetch.wait.max.ms": 10})
+    topics = [alerts_topic, dead_letters] + ([check_topic] if check_topic else [])
+    consumer.assign([TopicPartition(t, 0, 0) for t in topics])
     try:
         while not stop.is_set():
-            for m in consumer.consume(500, timeout=0.05):
+            for m in consumer.consume(500, timeout=0.02):
                 if m.error():
                     continue
-                if m.topic() == topics.dead_letters:
+                if m.topic() == dead_letters:
                     state.dead_letters += 1
                     continue
                 now = time.time() * 1000
                 alert = json.loads(m.value() or b"{}")
+                if m.topic() == check_topic:
+                    state.checked.update((alert["card_id"], r) for r in alert["reasons"])
+                    continue
+                if alert["txn_id"] in state.alert_ids:
+                    state.repeats += 1
+                    continue
+                state.alert_ids.add(alert["txn_id"])
                 if alert["event_time"] >= state.measure_from_ms:
                     state.latencies_ms.append(int(now - alert["event_time"]))
                 state.alerts.appendleft(alert)
@@ -188,125 +168,157 @@ def _read_up_to(query: Any, topic: str) -> int:
     return total
 
 
-def view(state: LiveState, settings: LiveSettings) -> Group:
-    elapsed = max(time.monotonic() - state.started, 0.001)
-    stats = Table(title=f"headrace fraud detection - {state.phase}", show_header=False)
-    score = state.truth.score(state.all_alerts) if state.truth else None
-    rows = [
-        ("events in", f"{state.sent} ({state.sent / elapsed:.0f}/s, target {settings.rate:g}/s)"),
-        ("pipeline", f"{state.parsed} transactions parsed, {state.processed_per_s:.0f} rows/s "
-                     f"in the last batch, {state.batches} batches, lag {state.lag}"),
-        ("alerts", str(len(state.all_alerts))),
-        ("detection latency", f"p50 {percentile(state.latencies_ms, 0.5)} ms, "
-                              f"p99 {percentile(state.latencies_ms, 0.99)} ms"),
-        ("precision / recall", f"{score.precision:.3f} / {score.recall:.3f}" if score
-         else "-"),
-        ("late / dead letters", f"{state.late} / {state.dead_letters}"),
-    ]
-    for k, v in rows:
-        stats.add_row(k, v)
-    alerts = Table(title="latest alerts", show_lines=False)
-    for col in ("card", "amount", "city", "reasons", "score"):
-        alerts.add_column(col)
-    for a in list(state.alerts):
-        alerts.add_row(a["card_id"], f"{a['amount']:.2f}", a["city"], ", ".join(a["reasons"]),
-                       f"{a['score']:.2f}")
-    return Group(stats, alerts)
-
-
 def run_live(settings: LiveSettings, console: Console | None = None) -> LiveSummary:
     """Run the demo end to end. Blocks for about ``duration_s`` plus start-up and drain."""
     from headrace.testing import EmbeddedBroker
 
     console = console or Console(stderr=True)
+    if settings.engine == "realtime" and (why := realtime_unavailable()):
+        console.print(f"[yellow]real-time path unavailable: {why} (run `make setup` with "
+                      "Maven Central reachable); running the micro-batch pipeline[/]")
+        settings = replace(settings, engine="microbatch")
     broker = None
     bootstrap = settings.bootstrap_servers
     if bootstrap is None:
         broker = EmbeddedBroker().start()
         bootstrap = broker.bootstrap_servers
         console.print(f"embedded broker on {bootstrap}")
-    checkpoint = settings.checkpoint or tempfile.mkdtemp(prefix="headrace-fraud-cp-")
-    probe = FraudConfig(seed=settings.seed, rate=settings.rate, duration_s=settings.duration_s)
-    config = FraudConfig(seed=settings.seed, rate=settings.rate,
-                         duration_s=settings.duration_s, users=probe.required_users(),
-                         late_after_s=10.0)
     try:
-        spark = _spark(console)
-        topics = settings.topics
-        _ensure_output_topics(bootstrap, topics)
-        generator = FraudGenerator(config)
-        state = LiveState()
-        stop = threading.Event()
-        gen_topics = FraudTopics(transactions=topics.transactions, profiles=topics.profiles)
-        truth_box: list[GroundTruth] = []
-
-        query = start(spark, PipelineConfig(bootstrap, checkpoint, topics=topics,
-                                            trigger_ms=0))
-
-        def profiles_loaded() -> None:
-            state.phase = "loading user profiles"
-            wanted = _end_offset(bootstrap, topics.profiles)
-            deadline = time.monotonic() + settings.drain_timeout_s
-            while time.monotonic() < deadline and _read_up_to(query, topics.profiles) < wanted:
-                time.sleep(0.2)
-            state.measure_from_ms = time.time() * 1000 + settings.steady_after_s * 1000
-            state.phase = "running"
-
-        def generate() -> None:
-            truth_box.append(run(bootstrap, generator=generator, topics=gen_topics,
-                                 before_stream=profiles_loaded,
-                                 on_progress=lambda n, _t: setattr(state, "sent", n)))
-
-        gen_thread = threading.Thread(target=generate, daemon=True)
-        gen_thread.start()
-        watcher = threading.Thread(target=_watch_alerts, daemon=True,
-                                   args=(bootstrap, topics, state, stop))
-        watcher.start()
-        state.started = time.monotonic()
-        with Live(view(state, settings), console=console, refresh_per_second=2) as live:
-            while gen_thread.is_alive() or not truth_box:
-                _tick(query, state, generator, bootstrap, topics)
-                live.update(view(state, settings))
-                time.sleep(0.5)
-                if query.exception() is not None:
-                    raise PipelineError(f"the pipeline failed: {query.exception()}")
-            state.truth = truth_box[0]
-            state.phase = "draining"
-            deadline = time.monotonic() + settings.drain_timeout_s
-            sent_txns = _end_offset(bootstrap, topics.transactions)
-            while time.monotonic() < deadline:
-                _tick(query, state, None, bootstrap, topics)
-                live.update(view(state, settings))
-                if state.lag == 0 and state.parsed + state.dead_letters >= sent_txns:
-                    break
-                time.sleep(0.5)
-            time.sleep(1.0)
-            state.phase = "done"
-            live.update(view(state, settings))
-        query.stop()
-        stop.set()
-        watcher.join(5)
-        truth = truth_box[0]
-        return LiveSummary(
-            lag_samples=state.lag_samples, events=state.sent, alerts=len(state.all_alerts), score=truth.score(state.all_alerts),
-            p50_ms=percentile(state.latencies_ms, 0.5),
-            p99_ms=percentile(state.latencies_ms, 0.99), late=state.late,
-            expected_late=truth.late_count, dead_letters=state.dead_letters,
-            expected_dead_letters=truth.malformed_count,
-            elapsed_s=time.monotonic() - state.started)
+        return _run(settings, bootstrap, console)
     finally:
         if broker is not None:
             broker.stop()
 
 
-def _tick(query: Any, state: LiveState, generator: FraudGenerator | None, bootstrap: str,
-          topics: PipelineTopics) -> None:
-    _follow(query, state)
-    # Lag: what the log holds beyond what the query has finished (the progress's own
-    # latestOffset is where the running batch stops, not where the log ends).
-    state.lag = max(_end_offset(bootstrap, topics.transactions)
-                    - _read_up_to(query, topics.transactions), 0)
-    state.lag_samples.append((time.monotonic() - state.started, state.lag))
+def _run(settings: LiveSettings, bootstrap: str, console: Console) -> LiveSummary:
+    checkpoint = settings.checkpoint or tempfile.mkdtemp(prefix="headrace-fraud-cp-")
+    rt = settings.engine == "realtime"
+    median, p99 = settings.network_delay_ms
+    probe = FraudConfig(seed=settings.seed, rate=settings.rate, duration_s=settings.duration_s)
+    config = FraudConfig(seed=settings.seed, rate=settings.rate,
+                         duration_s=settings.duration_s, users=probe.required_users(),
+                         late_after_s=10.0, delay_median_ms=median, delay_p99_ms=p99)
+    topics = settings.topics
+    mb_topics = replace(topics, alerts=CHECK_ALERTS_TOPIC) if rt else topics
+    # Real-Time Mode holds a task slot per source partition (4 + 1) and shuffle partition
+    # (2) for the whole run; the micro-batch pipeline needs a few more.
+    spark = _spark(console, "local[10]" if rt else "local[2]", checkpoint)
+    _ensure_output_topics(bootstrap, [topics.alerts, mb_topics.alerts, topics.late,
+                                      topics.dead_letters])
+    generator = FraudGenerator(config)
+    state = LiveState()
+    stop = threading.Event()
+    gen_topics = FraudTopics(transactions=topics.transactions, profiles=topics.profiles)
+    truth_box: list[GroundTruth] = []
+    queries: list[Any] = []
+    if rt:
+        queries.append(realtime.start(spark, realtime.RealtimeConfig(
+            bootstrap, f"{checkpoint}/realtime", topics=topics,
+            checkpoint_interval=settings.checkpoint_interval)))
+    mb_query = None
+    if not rt or settings.check:
+        mb_query = start(spark, PipelineConfig(bootstrap, f"{checkpoint}/microbatch",
+                                               topics=mb_topics, trigger_ms=0))
+        queries.append(mb_query)
+
+    def profiles_loaded() -> None:
+        state.phase = "loading user profiles"
+        if mb_query is not None:
+            wanted = _end_offset(bootstrap, topics.profiles)
+            deadline = time.monotonic() + settings.drain_timeout_s
+            while time.monotonic() < deadline and _read_up_to(mb_query, topics.profiles) < wanted:
+                time.sleep(0.2)
+        else:
+            # Real-Time Mode reports progress only at checkpoints: allow for the profile
+            # backlog (about 50k profile rows/s on 2 cores) instead.
+            time.sleep(2.0 + config.users / 50_000)
+        state.measure_from_ms = time.time() * 1000 + settings.steady_after_s * 1000
+        state.phase = "running"
+
+    def generate() -> None:
+        truth_box.append(run(bootstrap, generator=generator, topics=gen_topics,
+                             before_stream=profiles_loaded,
+                             on_progress=lambda n, _t: setattr(state, "sent", n)))
+
+    gen_thread = threading.Thread(target=generate, daemon=True)
+    gen_thread.start()
+    watcher = threading.Thread(target=_watch_alerts, daemon=True, args=(
+        bootstrap, topics.alerts, mb_topics.alerts if rt and mb_query else None,
+        topics.dead_letters, state, stop))
+    watcher.start()
+    state.started = time.monotonic()
+    try:
+        with Live(view(state, settings.engine, settings.rate), console=console,
+                  refresh_per_second=2) as live:
+            while gen_thread.is_alive() or not truth_box:
+                _tick(queries, mb_query, state, generator, bootstrap, topics)
+                live.update(view(state, settings.engine, settings.rate))
+                time.sleep(0.5)
+            state.truth = truth_box[0]
+            state.phase = "draining"
+            _drain(settings, queries, mb_query, state, bootstrap, topics,
+                   lambda: live.update(view(state, settings.engine, settings.rate)))
+            state.phase = "done"
+            live.update(view(state, settings.engine, settings.rate))
+    finally:
+        # Stopping a query cancels its running tasks, which Spark reports as ERRORs: expected
+        # at shutdown, so not shown.
+        spark.sparkContext.setLogLevel("OFF")
+        for q in queries:
+            q.stop()
+        stop.set()
+        watcher.join(5)
+    truth = truth_box[0]
+    agreement = None
+    if rt and mb_query is not None:
+        mine = state.keys()
+        agreement = (len(mine & state.checked), len(mine - state.checked),
+                     len(state.checked - mine))
+    return LiveSummary(
+        engine=settings.engine, lag_samples=state.lag_samples, events=state.sent,
+        alerts=len(state.all_alerts), score=truth.score(state.all_alerts),
+        p50_ms=percentile(state.latencies_ms, 0.5),
+        p99_ms=percentile(state.latencies_ms, 0.99),
+        p999_ms=percentile(state.latencies_ms, 0.999), late=state.late,
+        expected_late=truth.late_count if mb_query is not None else 0,
+        dead_letters=state.dead_letters,
+        expected_dead_letters=truth.malformed_count if mb_query is not None else 0,
+        elapsed_s=time.monotonic() - state.started, repeats=state.repeats,
+        agreement=agreement, latencies_ms=tuple(state.latencies_ms))
+
+
+def _drain(settings: LiveSettings, queries: list[Any], mb_query: Any, state: LiveState,
+           bootstrap: str, topics: PipelineTopics, refresh: Any) -> None:
+    """Wait until the pipelines have read everything: the micro-batch query has no lag
+    and the real-time alerts stopped changing for 3 s (or the drain timeout)."""
+    deadline = time.monotonic() + settings.drain_timeout_s
+    sent_txns = _end_offset(bootstrap, topics.transactions)
+    seen, still_since = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        _tick(queries, mb_query, state, None, bootstrap, topics)
+        refresh()
+        if len(state.all_alerts) != seen:
+            seen, still_since = len(state.all_alerts), time.monotonic()
+        mb_done = mb_query is None or (
+            state.lag == 0 and state.parsed + state.dead_letters >= sent_txns)
+        if mb_done and time.monotonic() - still_since >= 3.0:
+            break
+        time.sleep(0.5)
+    time.sleep(1.0)
+
+
+def _tick(queries: list[Any], mb_query: Any, state: LiveState,
+          generator: FraudGenerator | None, bootstrap: str, topics: PipelineTopics) -> None:
+    for q in queries:
+        if q.exception() is not None:
+            raise PipelineError(f"the pipeline {q.name} failed: {q.exception()}")
+    if mb_query is not None:
+        _follow(mb_query, state)
+        # Lag: what the log holds beyond what the query has finished (the progress's own
+        # latestOffset is where the running batch stops, not where the log ends).
+        state.lag = max(_end_offset(bootstrap, topics.transactions)
+                        - _read_up_to(mb_query, topics.transactions), 0)
+        state.lag_samples.append((time.monotonic() - state.started, state.lag))
     if generator is not None:
         # RuntimeError: the generator thread changed it under us; try again next tick.
         with contextlib.suppress(RuntimeError):

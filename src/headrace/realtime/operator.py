@@ -25,7 +25,8 @@ from headrace.realtime.rules import RuleSet, compile_spec, flag_column, predicat
 KIND = "__kind"
 TIME = "__t"
 OPERATOR_CLASS = "io.headrace.realtime.Rules"
-_PYTHON_NODE = re.compile(r"\b\w*(Python|Pandas|PySpark|MapInArrow|InArrow)\w*")
+_PYTHON_NODE = re.compile(r"Python|Pandas|PySpark|Arrow")
+_CLASS = re.compile(r'"class":"([\w.$]+)"')
 
 
 def has_rule_operator(spark: SparkSession) -> bool:
@@ -100,8 +101,11 @@ def _epoch_ms(rows: DataFrame, name: str) -> Column:
 def python_operators(df: DataFrame) -> list[str]:
     """Names of the Python operators in ``df``'s analyzed plan (UDFs, pandas/Arrow maps,
     Python transformWithState, Python data sources); empty when Real-Time Mode can run it."""
-    plan = str(df._jdf.queryExecution().analyzed().toString())
-    return sorted({m.group(0) for m in _PYTHON_NODE.finditer(plan)})
+    # The plan's JSON names the class of every node and expression (a Python UDF is only a
+    # lambda's name in the plan's text form, and streaming plans cannot be optimized here).
+    tree = str(df._jdf.queryExecution().analyzed().toJSON())
+    classes = {c.rsplit(".", 1)[-1] for c in _CLASS.findall(tree)}
+    return sorted(c for c in classes if _PYTHON_NODE.search(c))
 
 
 def require_real_time(df: DataFrame) -> None:

@@ -4,51 +4,20 @@ the pipeline (driver and JVM) followed by a restart neither loses nor repeats an
 
 from __future__ import annotations
 
-import json
 import random
 import time
-from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
 
-from headrace.pipelines.fraud.generator import FraudConfig, run
 from headrace.pipelines.fraud.pipeline import PipelineConfig, PipelineTopics, start
-from headrace.pipelines.fraud.truth import GroundTruth
 from headrace.testing import EmbeddedBroker
+from tests.pipelines.fraud_support import alerts_of, check_alerts, generate
 from tests.spark.kafka_helpers import read_all
 from tests.spark.spark_workers.supervisor import SparkWorker
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-
-
-def generate(bootstrap: str, seed: int, rate: float, duration: float) -> GroundTruth:
-    probe = FraudConfig(seed=seed, rate=rate, duration_s=duration)
-    config = FraudConfig(seed=seed, rate=rate, duration_s=duration,
-                         users=probe.required_users(), late_after_s=10.0,
-                         velocity_bursts=4, impossible_travel=4, amount_anomalies=4,
-                         card_testing=4)
-    return run(bootstrap, config, realtime=False)
-
-
-def alerts_of(bootstrap: str) -> list[dict[str, Any]]:
-    return [json.loads(m.value()) for m in read_all(bootstrap, PipelineTopics().alerts)]
-
-
-def check_alerts(alerts: list[dict[str, Any]], truth: GroundTruth) -> None:
-    assert alerts, "no alert at all"
-    ids = Counter(a["txn_id"] for a in alerts)
-    assert max(ids.values()) == 1, f"duplicate alerts: {[i for i, n in ids.items() if n > 1]}"
-    score = truth.score([(a["card_id"], a["event_time"], a["reasons"]) for a in alerts])
-    assert (score.precision, score.recall) == (1.0, 1.0), score
-    reasons: dict[str, set[str]] = {}
-    for a in alerts:
-        reasons.setdefault(a["card_id"], set()).update(a["reasons"])
-    assert set(reasons) == {i.card_id for i in truth.incidents}
-    for incident in truth.incidents:
-        assert incident.pattern in reasons[incident.card_id], incident
 
 
 def test_exact_alerts_late_and_dead_letters(spark: SparkSession, tmp_path: Path) -> None:

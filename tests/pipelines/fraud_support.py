@@ -1,0 +1,92 @@
+"""What the fraud pipeline tests share: a fixed-seed run, reading alerts, the exact check."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from headrace.pipelines.fraud.generator import FraudConfig, FraudTopics, ensure_topics, run
+from headrace.pipelines.fraud.truth import GroundTruth
+from tests.spark.kafka_helpers import read_all
+from tests.spark.spark_workers.supervisor import SparkWorker
+
+
+def fraud_config(seed: int, rate: float, duration: float) -> FraudConfig:
+    probe = FraudConfig(seed=seed, rate=rate, duration_s=duration)
+    return FraudConfig(seed=seed, rate=rate, duration_s=duration,
+                       users=probe.required_users(), late_after_s=10.0,
+                       velocity_bursts=4, impossible_travel=4, amount_anomalies=4,
+                       card_testing=4)
+
+
+def generate(bootstrap: str, seed: int, rate: float, duration: float,
+             before_stream: Callable[[], None] | None = None,
+             realtime: bool = False) -> GroundTruth:
+    return run(bootstrap, fraud_config(seed, rate, duration), realtime=realtime,
+               before_stream=before_stream)
+
+
+def create_topics(bootstrap: str, *names: str) -> None:
+    """The generator's topics and ``names`` (one partition each), unless they exist."""
+    ensure_topics(bootstrap, FraudTopics())
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic(n, num_partitions=1) for n in names]).values():
+        f.result(30)
+
+
+def alerts_of(bootstrap: str, topic: str = "fraud-alerts") -> list[dict[str, Any]]:
+    return [json.loads(m.value()) for m in read_all(bootstrap, topic)]
+
+
+def settled_alerts(bootstrap: str, topic: str, quiet_s: float = 6.0,
+                   timeout_s: float = 180.0) -> list[dict[str, Any]]:
+    """The alerts once none has arrived for ``quiet_s`` (after at least one did)."""
+    deadline = time.monotonic() + timeout_s
+    seen, since = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        n = len(read_all(bootstrap, topic))
+        if n != seen:
+            seen, since = n, time.monotonic()
+        elif n and time.monotonic() - since >= quiet_s:
+            break
+        time.sleep(1.0)
+    return alerts_of(bootstrap, topic)
+
+
+def wait_for_profiles(worker: SparkWorker, profiles: int, timeout_s: float = 120.0) -> None:
+    """Until the real-time worker reports (at a checkpoint) that it read ``profiles``
+    profile records."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for event in reversed(worker.events()):
+            if event.startswith("progress "):
+                if json.loads(event.split(" ", 1)[1]).get("user-profiles", 0) >= profiles:
+                    return
+                break
+        time.sleep(0.2)
+    raise TimeoutError(f"the real-time worker did not read {profiles} profiles; stderr "
+                       f"ends:\n{worker.stderr_tail()}")
+
+
+def alert_keys(alerts: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    """(card, rule) of every alert: what two paths must agree on."""
+    return {(a["card_id"], r) for a in alerts for r in a["reasons"]}
+
+
+def check_alerts(alerts: list[dict[str, Any]], truth: GroundTruth) -> None:
+    assert alerts, "no alert at all"
+    ids = Counter(a["txn_id"] for a in alerts)
+    assert max(ids.values()) == 1, f"duplicate alerts: {[i for i, n in ids.items() if n > 1]}"
+    score = truth.score([(a["card_id"], a["event_time"], a["reasons"]) for a in alerts])
+    assert (score.precision, score.recall) == (1.0, 1.0), score
+    reasons: dict[str, set[str]] = {}
+    for a in alerts:
+        reasons.setdefault(a["card_id"], set()).update(a["reasons"])
+    assert set(reasons) == {i.card_id for i in truth.incidents}
+    for incident in truth.incidents:
+        assert incident.pattern in reasons[incident.card_id], incident

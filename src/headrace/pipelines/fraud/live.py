@@ -65,6 +65,8 @@ class LiveSettings:
     """Simulated card-terminal-to-broker delay (median, p99), part of detection latency."""
     checkpoint_interval: str = "1 minute"
     """realtime engine: Real-Time Mode's checkpoint period."""
+    incidents_per_min: float = 10.0
+    """Injected incidents of each of the four patterns per minute of traffic."""
 
 
 def realtime_unavailable() -> str | None:
@@ -125,6 +127,11 @@ def _watch_alerts(bootstrap: str, alerts_topic: str, check_topic: str | None,
                 state.alert_ids.add(alert["txn_id"])
                 if alert["event_time"] >= state.measure_from_ms:
                     state.latencies_ms.append(int(now - alert["event_time"]))
+                    if "ingest_ms" in alert:
+                        alert_ms = m.timestamp()[1]
+                        state.stages_ms.append((alert["ingest_ms"] - alert["event_time"],
+                                                alert_ms - alert["ingest_ms"],
+                                                int(now) - alert_ms))
                 state.alerts.appendleft(alert)
                 state.all_alerts.append((alert["card_id"], alert["event_time"],
                                          alert["reasons"]))
@@ -194,10 +201,18 @@ def _run(settings: LiveSettings, bootstrap: str, console: Console) -> LiveSummar
     checkpoint = settings.checkpoint or tempfile.mkdtemp(prefix="headrace-fraud-cp-")
     rt = settings.engine == "realtime"
     median, p99 = settings.network_delay_ms
-    probe = FraudConfig(seed=settings.seed, rate=settings.rate, duration_s=settings.duration_s)
+    probe = FraudConfig(seed=settings.seed, rate=settings.rate, duration_s=settings.duration_s,
+                        velocity_bursts=settings.incidents_per_min,
+                        impossible_travel=settings.incidents_per_min,
+                        amount_anomalies=settings.incidents_per_min,
+                        card_testing=settings.incidents_per_min)
     config = FraudConfig(seed=settings.seed, rate=settings.rate,
                          duration_s=settings.duration_s, users=probe.required_users(),
-                         late_after_s=10.0, delay_median_ms=median, delay_p99_ms=p99)
+                         late_after_s=10.0, delay_median_ms=median, delay_p99_ms=p99,
+                         velocity_bursts=settings.incidents_per_min,
+                         impossible_travel=settings.incidents_per_min,
+                         amount_anomalies=settings.incidents_per_min,
+                         card_testing=settings.incidents_per_min)
     topics = settings.topics
     mb_topics = replace(topics, alerts=CHECK_ALERTS_TOPIC) if rt else topics
     # Real-Time Mode holds a task slot per source partition (4 + 1) and shuffle partition
@@ -234,11 +249,13 @@ def _run(settings: LiveSettings, bootstrap: str, console: Console) -> LiveSummar
             time.sleep(2.0 + config.users / 50_000)
         state.measure_from_ms = time.time() * 1000 + settings.steady_after_s * 1000
         state.phase = "running"
+        state.stream_started = time.monotonic()
 
     def generate() -> None:
         truth_box.append(run(bootstrap, generator=generator, topics=gen_topics,
                              before_stream=profiles_loaded,
                              on_progress=lambda n, _t: setattr(state, "sent", n)))
+        state.stream_ended = time.monotonic()
 
     gen_thread = threading.Thread(target=generate, daemon=True)
     gen_thread.start()
@@ -284,7 +301,9 @@ def _run(settings: LiveSettings, bootstrap: str, console: Console) -> LiveSummar
         dead_letters=state.dead_letters,
         expected_dead_letters=truth.malformed_count if mb_query is not None else 0,
         elapsed_s=time.monotonic() - state.started, repeats=state.repeats,
-        agreement=agreement, latencies_ms=tuple(state.latencies_ms))
+        agreement=agreement, latencies_ms=tuple(state.latencies_ms),
+        stages_ms=tuple(state.stages_ms), transactions=truth.total_txns,
+        stream_s=state.stream_ended - state.stream_started)
 
 
 def _drain(settings: LiveSettings, queries: list[Any], mb_query: Any, state: LiveState,

@@ -34,6 +34,10 @@ class LiveState:
     repeats: int = 0
     """Alerts read again with a transaction id already alerted (at-least-once repeats)."""
     latencies_ms: list[int] = field(default_factory=list)
+    stages_ms: list[tuple[int, int, int]] = field(default_factory=list)
+    """Real-time alerts' latency by stage: event time to the transaction's record time
+    (simulated network and the generator), record to alert record (Spark: source, operator,
+    sink), alert record to read (broker and a read_committed consumer)."""
     checked: set[Key] = field(default_factory=set)
     """(card, rule) of the micro-batch path's alerts (the real-time engine's check)."""
     late: int = 0
@@ -44,6 +48,8 @@ class LiveState:
     batches: int = 0
     truth: GroundTruth | None = None
     phase: str = "starting"
+    stream_started: float = 0.0
+    stream_ended: float = 0.0
     measure_from_ms: float = 0.0
     lag_samples: list[tuple[float, int]] = field(default_factory=list)
 
@@ -70,6 +76,10 @@ class LiveSummary:
     agreement: tuple[int, int, int] | None = None
     """(alerts of both paths, real-time only, micro-batch only), by (card, rule)."""
     latencies_ms: tuple[int, ...] = ()
+    stages_ms: tuple[tuple[int, int, int], ...] = ()
+    transactions: int = 0
+    stream_s: float = 0.0
+    """Wall time the generator took for the transactions (the duration if it kept up)."""
 
     def render(self) -> str:
         s = self.score

@@ -8,6 +8,7 @@ from headrace.realtime.errors import NotRealTimeError, RealtimeError, RuleError
 from headrace.realtime.operator import (
     apply_rules,
     has_rule_operator,
+    local_counters,
     python_operators,
     require_real_time,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "apply_rules",
     "compile_spec",
     "has_rule_operator",
+    "local_counters",
     "python_operators",
     "require_real_time",
 ]

@@ -42,12 +42,17 @@ def has_rule_operator(spark: SparkSession) -> bool:
     return True
 
 
-def apply_rules(rows: DataFrame, rules: RuleSet) -> DataFrame:
+def apply_rules(rows: DataFrame, rules: RuleSet, initial_profiles: DataFrame | None = None
+                ) -> DataFrame:
     """``rows`` through ``rules``: a streaming (or batch) DataFrame of alerts.
 
     ``rows`` holds events and, if ``rules.profile`` is set, profile rows (told apart by
-    ``rules.profile.when``). Raises ``RuleError`` naming a missing column or a bad rule,
-    ``RealtimeError`` when the operator's jar is not in the session.
+    ``rules.profile.when``). ``initial_profiles``, a batch DataFrame with one row per key
+    (the key, ``rules.profile.time`` and ``rules.profile.fields`` columns), is loaded into
+    the keys' state before the first row when the query starts without a checkpoint: the way
+    to have a whole profile table in place before events flow. Raises ``RuleError`` naming a
+    missing column or a bad rule, ``RealtimeError`` when the operator's jar is not in the
+    session.
     """
     spark = rows.sparkSession
     if not has_rule_operator(spark):
@@ -82,10 +87,21 @@ def apply_rules(rows: DataFrame, rules: RuleSet) -> DataFrame:
     prepared = prepared.select(*keep).where(
         F.col(rules.key).isNotNull() & F.col(TIME).isNotNull()
         & (F.col(rules.id).isNotNull() | (F.col(KIND) == "profile")))
+    initial = None
+    if initial_profiles is not None:
+        if rules.profile is None:
+            raise RuleError("initial_profiles needs RuleSet(profile=...)")
+        wanted = [rules.key, rules.profile.time, *rules.profile.fields]
+        absent = sorted(set(wanted) - set(initial_profiles.columns))
+        if absent:
+            raise RuleError(f"initial_profiles lacks columns {absent}")
+        initial = initial_profiles.select(
+            rules.key, _epoch_ms(initial_profiles, rules.profile.time).alias(rules.profile.time),
+            *rules.profile.fields)._jdf
     jvm_view = spark.sparkContext._jvm
     assert jvm_view is not None
     try:
-        jdf = jvm_view.io.headrace.realtime.Rules.apply(prepared._jdf, spec)
+        jdf = jvm_view.io.headrace.realtime.Rules.apply(prepared._jdf, spec, initial)
     except (Py4JJavaError, IllegalArgumentException) as e:
         raise RuleError(f"the rule operator refused the rule set: {e}") from e
     return DataFrame(jdf, spark)
@@ -114,3 +130,15 @@ def require_real_time(df: DataFrame) -> None:
     if found:
         raise NotRealTimeError(
             f"Real-Time Mode runs JVM operators only; this plan has {', '.join(found)}")
+
+
+def local_counters(spark: SparkSession) -> tuple[int, int, int]:
+    """(profile rows, event rows, alerts) the rule operator handled in this JVM since it
+    started: the whole query's in local mode (one JVM), zero on a cluster's driver. Cheap;
+    (0, 0, 0) without the operator's jar."""
+    if not has_rule_operator(spark):
+        return (0, 0, 0)
+    jvm_view = spark.sparkContext._jvm
+    assert jvm_view is not None
+    profiles, events, alerts = jvm_view.io.headrace.realtime.Rules.counters()
+    return (int(profiles), int(events), int(alerts))

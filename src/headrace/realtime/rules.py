@@ -214,8 +214,9 @@ def compile_spec(rules: RuleSet, *, kind: str, time: str) -> str:
             spec["when"] = flag_column(r.name, "when")
             flags.append(spec["when"])
         specs.append(spec)
+    profile_time = None
     if isinstance(rules.profile, Profile):
-        profile = list(rules.profile.fields)
+        profile, profile_time = list(rules.profile.fields), rules.profile.time
         for spec in specs:
             for key in ("mean", "std"):
                 if key in spec and spec[key] not in profile:
@@ -224,7 +225,8 @@ def compile_spec(rules: RuleSet, *, kind: str, time: str) -> str:
         profile = []
     return json.dumps({
         "key": rules.key, "kind": kind, "id": rules.id, "time": time, "fields": fields,
-        "flags": flags, "profile": profile, "carry": list(rules.carry),
+        "flags": flags, "profile": profile, "profile_time": profile_time,
+        "carry": list(rules.carry),
         "keep_ms": _ms(rules.keep, "keep"), "state_ttl_ms": _ms(rules.state_ttl, "state_ttl"),
         "rules": specs,
     }, sort_keys=True)

@@ -40,6 +40,7 @@ from headrace.pipelines.fraud.live_view import LiveState, LiveSummary, percentil
 from headrace.pipelines.fraud.pipeline import PipelineConfig, PipelineTopics, start
 from headrace.pipelines.fraud.stream import FraudGenerator
 from headrace.pipelines.fraud.truth import GroundTruth
+from headrace.realtime import local_counters
 
 Engine = Literal["realtime", "microbatch"]
 CHECK_ALERTS_TOPIC = "fraud-alerts-microbatch"
@@ -226,27 +227,28 @@ def _run(settings: LiveSettings, bootstrap: str, console: Console) -> LiveSummar
     gen_topics = FraudTopics(transactions=topics.transactions, profiles=topics.profiles)
     truth_box: list[GroundTruth] = []
     queries: list[Any] = []
-    if rt:
-        queries.append(realtime.start(spark, realtime.RealtimeConfig(
-            bootstrap, f"{checkpoint}/realtime", topics=topics,
-            checkpoint_interval=settings.checkpoint_interval)))
-    mb_query = None
-    if not rt or settings.check:
-        mb_query = start(spark, PipelineConfig(bootstrap, f"{checkpoint}/microbatch",
-                                               topics=mb_topics, trigger_ms=0))
-        queries.append(mb_query)
+    mb_box: list[Any] = []
 
     def profiles_loaded() -> None:
+        # The profiles are in the log: start the queries now, so the real-time path loads
+        # them as its initial state before the first transaction.
         state.phase = "loading user profiles"
-        if mb_query is not None:
+        if rt:
+            queries.append(realtime.start(spark, realtime.RealtimeConfig(
+                bootstrap, f"{checkpoint}/realtime", topics=topics,
+                checkpoint_interval=settings.checkpoint_interval)))
+        if not rt or settings.check:
+            mb_query = start(spark, PipelineConfig(bootstrap, f"{checkpoint}/microbatch",
+                                                   topics=mb_topics, trigger_ms=0))
+            queries.append(mb_query)
+            mb_box.append(mb_query)
             wanted = _end_offset(bootstrap, topics.profiles)
             deadline = time.monotonic() + settings.drain_timeout_s
             while time.monotonic() < deadline and _read_up_to(mb_query, topics.profiles) < wanted:
                 time.sleep(0.2)
-        else:
-            # Real-Time Mode reports progress only at checkpoints: allow for the profile
-            # backlog (about 50k profile rows/s on 2 cores) instead.
-            time.sleep(2.0 + config.users / 50_000)
+        if rt:
+            _wait_for_realtime_profiles(spark, len(generator.world.cards),
+                                        settings.drain_timeout_s)
         state.measure_from_ms = time.time() * 1000 + settings.steady_after_s * 1000
         state.phase = "running"
         state.stream_started = time.monotonic()
@@ -260,19 +262,22 @@ def _run(settings: LiveSettings, bootstrap: str, console: Console) -> LiveSummar
     gen_thread = threading.Thread(target=generate, daemon=True)
     gen_thread.start()
     watcher = threading.Thread(target=_watch_alerts, daemon=True, args=(
-        bootstrap, topics.alerts, mb_topics.alerts if rt and mb_query else None,
+        bootstrap, topics.alerts, mb_topics.alerts if rt and settings.check else None,
         topics.dead_letters, state, stop))
     watcher.start()
     state.started = time.monotonic()
+    mb_query = None
     try:
         with Live(view(state, settings.engine, settings.rate), console=console,
                   refresh_per_second=2) as live:
             while gen_thread.is_alive() or not truth_box:
-                _tick(queries, mb_query, state, generator, bootstrap, topics)
+                _tick(queries, mb_box[0] if mb_box else None, state, generator, bootstrap,
+                      topics)
                 live.update(view(state, settings.engine, settings.rate))
                 time.sleep(0.5)
             state.truth = truth_box[0]
             state.phase = "draining"
+            mb_query = mb_box[0] if mb_box else None
             _drain(settings, queries, mb_query, state, bootstrap, topics,
                    lambda: live.update(view(state, settings.engine, settings.rate)))
             state.phase = "done"
@@ -304,6 +309,14 @@ def _run(settings: LiveSettings, bootstrap: str, console: Console) -> LiveSummar
         agreement=agreement, latencies_ms=tuple(state.latencies_ms),
         stages_ms=tuple(state.stages_ms), transactions=truth.total_txns,
         stream_s=state.stream_ended - state.stream_started)
+
+
+def _wait_for_realtime_profiles(spark: Any, cards: int, timeout_s: float) -> None:
+    """Until the real-time query handled a profile row per card (local mode: the
+    operator's counters are this JVM's), or ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and local_counters(spark)[0] < cards:
+        time.sleep(0.1)
 
 
 def _drain(settings: LiveSettings, queries: list[Any], mb_query: Any, state: LiveState,

@@ -5,11 +5,12 @@ import java.util.ArrayList;
 import java.util.Comparator;
 import java.util.Iterator;
 import java.util.List;
+import java.util.concurrent.atomic.AtomicLongArray;
 import org.apache.spark.sql.Encoders;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
 import org.apache.spark.sql.streaming.OutputMode;
-import org.apache.spark.sql.streaming.StatefulProcessor;
+import org.apache.spark.sql.streaming.StatefulProcessorWithInitialState;
 import org.apache.spark.sql.streaming.TTLConfig;
 import org.apache.spark.sql.streaming.TimeMode;
 import org.apache.spark.sql.streaming.TimerValues;
@@ -23,15 +24,20 @@ import scala.jdk.javaapi.CollectionConverters;
  * seen (same id) raises nothing; otherwise it joins the key's recent events (pruned to
  * {@code keep_ms} of event time behind the newest), each rule is evaluated with it, and a rule
  * that fired for the key within its cool-down (in event time, either direction) stays quiet.
- * A profile row replaces the key's profile unless an older one by profile time. One output row
- * per event that raised at least one rule. Semantics match headrace.pipelines.fraud.rules'
+ * A profile row replaces the key's profile unless an older one by profile time; so do the
+ * initial profiles (a batch read of the profile topic, applied before the first row when the
+ * query starts without a checkpoint). One output row per event that raised at least one rule. Semantics match headrace.pipelines.fraud.rules'
  * CardState, the micro-batch path's evaluator, rule for rule.
  */
-public final class RuleProcessor extends StatefulProcessor<String, Row, Row> {
+public final class RuleProcessor
+    extends StatefulProcessorWithInitialState<String, Row, Row, Row> {
   private static final long serialVersionUID = 1L;
   private static final double EARTH_RADIUS_KM = 6371.0088;
   private static final Comparator<KeyState.Event> ORDER =
       Comparator.<KeyState.Event>comparingLong(e -> e.t).thenComparing(e -> e.id);
+
+  /** Rows handled by this JVM's tasks: profile rows, event rows, alerts (Rules.counters). */
+  static final AtomicLongArray COUNTS = new AtomicLongArray(3);
 
   private final RuleSpec spec;
   private transient ValueState<byte[]> state;
@@ -60,6 +66,7 @@ public final class RuleProcessor extends StatefulProcessor<String, Row, Row> {
       Row r = it.next();
       if ("profile".equals(r.getString(spec.kind))) {
         changed |= takeProfile(s, r);
+        COUNTS.incrementAndGet(0);
       } else {
         events.add(r);
       }
@@ -77,18 +84,34 @@ public final class RuleProcessor extends StatefulProcessor<String, Row, Row> {
     if (changed) {
       state.update(s.toBytes(nFields, nFlags));
     }
+    COUNTS.addAndGet(1, events.size());
+    COUNTS.addAndGet(2, out.size());
     return CollectionConverters.asScala(out.iterator());
   }
 
+  @Override
+  public void handleInitialState(String key, Row profile, TimerValues timerValues) {
+    int nFields = spec.fieldCols.length;
+    int nFlags = spec.flagCols.length;
+    KeyState s = state.exists() ? KeyState.fromBytes(state.get(), nFields, nFlags)
+        : new KeyState();
+    if (takeProfile(s, profile, spec.initTime, spec.initProfileCols)) {
+      state.update(s.toBytes(nFields, nFlags));
+    }
+  }
+
   private boolean takeProfile(KeyState s, Row r) {
-    long t = r.getLong(spec.time);
+    return takeProfile(s, r, spec.time, spec.profileCols);
+  }
+
+  private static boolean takeProfile(KeyState s, Row r, int time, int[] cols) {
+    long t = r.getLong(time);
     if (s.profile != null && t < s.profileTime) {
       return false;
     }
-    double[] p = new double[spec.profileCols.length];
+    double[] p = new double[cols.length];
     for (int i = 0; i < p.length; i++) {
-      p[i] = r.isNullAt(spec.profileCols[i]) ? Double.NaN
-          : ((Number) r.get(spec.profileCols[i])).doubleValue();
+      p[i] = r.isNullAt(cols[i]) ? Double.NaN : ((Number) r.get(cols[i])).doubleValue();
     }
     s.profile = p;
     s.profileTime = t;

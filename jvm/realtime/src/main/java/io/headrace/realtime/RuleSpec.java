@@ -83,8 +83,11 @@ public final class RuleSpec implements Serializable {
   final long stateTtlMs;
   final List<Rule> rules;
   final StructType output;
+  final int initKey;         // columns of the initial profiles (-1 without them)
+  final int initTime;
+  final int[] initProfileCols;
 
-  private RuleSpec(JsonNode n, StructType input) {
+  private RuleSpec(JsonNode n, StructType input, StructType initial) {
     key = col(input, n.get("key").asText());
     kind = col(input, n.get("kind").asText());
     id = col(input, n.get("id").asText());
@@ -114,12 +117,24 @@ public final class RuleSpec implements Serializable {
       out.add(input.fields()[c]);
     }
     output = DataTypes.createStructType(out);
+    if (initial != null) {
+      initKey = col(initial, n.get("key").asText());
+      initTime = col(initial, n.get("profile_time").asText());
+      initProfileCols = cols(initial, profile);
+    } else {
+      initKey = -1;
+      initTime = -1;
+      initProfileCols = new int[0];
+    }
   }
 
-  /** Parses the JSON spec and resolves its columns in {@code input}; a clear error if not. */
-  public static RuleSpec parse(String json, StructType input) {
+  /**
+   * Parses the JSON spec and resolves its columns in {@code input} (and in {@code initial},
+   * the schema of the initial profiles, when not null); a clear error if not.
+   */
+  public static RuleSpec parse(String json, StructType input, StructType initial) {
     try {
-      return new RuleSpec(new ObjectMapper().readTree(json), input);
+      return new RuleSpec(new ObjectMapper().readTree(json), input, initial);
     } catch (IOException e) {
       throw new IllegalArgumentException("invalid rule spec: " + e.getMessage(), e);
     }

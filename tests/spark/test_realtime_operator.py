@@ -154,3 +154,22 @@ def test_bad_rule_sets_get_clear_errors(spark: SparkSession) -> None:
 
 def test_topics_default_to_the_micro_batch_pipelines() -> None:
     assert RealtimeConfig("x", "y").topics == PipelineTopics()
+
+
+def test_initial_profiles_are_in_state_before_the_first_row(spark: SparkSession) -> None:
+    base = 1_767_225_600_000
+    events = [("transactions", "card-1", "t1", "u", 900.0, 0.0, 0.0, "c", base, None, None,
+               None, 0),
+              ("transactions", "card-2", "t2", "u", 900.0, 0.0, 0.0, "c", base, None, None,
+               None, 0)]
+    # card-1's profile makes 900 an outlier; card-2 has none, so nothing can fire for it
+    initial = spark.createDataFrame([("card-1", base - 1, 50.0, 10.0)],
+                                    "card_id string, updated_at long, avg_amount double, "
+                                    "std_amount double")
+    rules = fraud_rules(Thresholds())
+    out = apply_rules(spark.createDataFrame(events, SCHEMA), rules, initial_profiles=initial)
+    assert [(r["key"], list(r["reasons"])) for r in out.collect()] == \
+        [("card-1", ["amount_anomaly"])]
+    with pytest.raises(RuleError, match="lacks columns"):
+        apply_rules(spark.createDataFrame(events, SCHEMA), rules,
+                    initial_profiles=initial.drop("std_amount"))

@@ -76,3 +76,18 @@ def test_missing_jars_raise_jvm_unavailable(lib: Path) -> None:
         jar.unlink()
     with pytest.raises(jvm.JvmUnavailableError, match="run `make setup`"):
         jvm.clients_classpath()
+
+
+def test_the_demo_names_what_the_real_time_path_lacks(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from headrace.pipelines.fraud.live import realtime_unavailable
+
+    monkeypatch.setenv("HEADRACE_JVM_LIB", str(tmp_path))
+    assert realtime_unavailable() == "Spark's Kafka connector (jvm/lib/spark-kafka) was not built"
+    (tmp_path / "spark-kafka").mkdir()
+    (tmp_path / "spark-kafka" / "x.jar").write_bytes(b"")
+    assert realtime_unavailable() == \
+        "the real-time rule operator (jvm/lib/realtime) was not built"
+    (tmp_path / "realtime").mkdir()
+    (tmp_path / "realtime" / "headrace-realtime.jar").write_bytes(b"")
+    assert realtime_unavailable() is None

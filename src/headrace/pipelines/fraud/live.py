@@ -91,7 +91,8 @@ def _spark(log: Console, master: str, checkpoint: str) -> Any:
 
 def _ensure_output_topics(bootstrap: str, names: list[str]) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(t, num_partitions=1) for t in names])
+    # Once each: librdkafka cannot parse the answer to a request naming a topic twice.
+    futures = admin.create_topics([NewTopic(t, num_partitions=1) for t in dict.fromkeys(names)])
     for name, f in futures.items():
         try:
             f.result(30)

@@ -228,35 +228,15 @@ def _run(settings: LiveSettings, bootstrap: str, console: Console) -> LiveSummar
     gen_topics = FraudTopics(transactions=topics.transactions, profiles=topics.profiles)
     truth_box: list[GroundTruth] = []
     queries: list[Any] = []
-    mb_box: list[Any] = []
+    profiles_in, go = threading.Event(), threading.Event()
 
     def profiles_loaded() -> None:
-        # The profiles are in the log: start the queries now, so the real-time path loads
-        # them as its initial state before the first transaction.
-        state.phase = "loading user profiles"
-        if rt:
-            queries.append(realtime.start(spark, realtime.RealtimeConfig(
-                bootstrap, f"{checkpoint}/realtime", topics=topics,
-                checkpoint_interval=settings.checkpoint_interval)))
-        if not rt or settings.check:
-            mb_query = start(spark, PipelineConfig(bootstrap, f"{checkpoint}/microbatch",
-                                                   topics=mb_topics, trigger_ms=0))
-            queries.append(mb_query)
-            mb_box.append(mb_query)
-            wanted = _end_offset(bootstrap, topics.profiles)
-            deadline = time.monotonic() + settings.drain_timeout_s
-            while time.monotonic() < deadline and _read_up_to(mb_query, topics.profiles) < wanted:
-                time.sleep(0.2)
-        if rt:
-            _wait_for_realtime_profiles(spark, len(generator.world.cards),
-                                        settings.drain_timeout_s)
-        state.measure_from_ms = time.time() * 1000 + settings.steady_after_s * 1000
-        state.phase = "running"
-        state.stream_started = time.monotonic()
+        profiles_in.set()
+        go.wait()
 
     def generate() -> None:
         truth_box.append(run(bootstrap, generator=generator, topics=gen_topics,
-                             before_stream=profiles_loaded,
+                             before_stream=profiles_loaded, stop=stop,
                              on_progress=lambda n, _t: setattr(state, "sent", n)))
         state.stream_ended = time.monotonic()
 
@@ -269,16 +249,41 @@ def _run(settings: LiveSettings, bootstrap: str, console: Console) -> LiveSummar
     state.started = time.monotonic()
     mb_query = None
     try:
+        # The profiles are in the log: start the queries (from this thread: PySpark finds
+        # format("headrace") from the thread that registered it), so the real-time path
+        # meets each card's profile before its first transaction.
+        console.print(f"publishing {config.users} user profiles ...")
+        while not profiles_in.wait(0.5):
+            if not gen_thread.is_alive():
+                raise PipelineError("the generator stopped before the transactions")
+        console.print("starting the pipelines and loading the profiles into them ...")
+        if rt:
+            queries.append(realtime.start(spark, realtime.RealtimeConfig(
+                bootstrap, f"{checkpoint}/realtime", topics=topics,
+                checkpoint_interval=settings.checkpoint_interval)))
+        if not rt or settings.check:
+            mb_query = start(spark, PipelineConfig(bootstrap, f"{checkpoint}/microbatch",
+                                                   topics=mb_topics, trigger_ms=0))
+            queries.append(mb_query)
+            wanted = _end_offset(bootstrap, topics.profiles)
+            deadline = time.monotonic() + settings.drain_timeout_s
+            while time.monotonic() < deadline and _read_up_to(mb_query, topics.profiles) < wanted:
+                time.sleep(0.2)
+        if rt:
+            _wait_for_realtime_profiles(spark, len(generator.world.cards),
+                                        settings.drain_timeout_s)
+        state.measure_from_ms = time.time() * 1000 + settings.steady_after_s * 1000
+        state.phase = "running"
+        state.stream_started = time.monotonic()
+        go.set()
         with Live(view(state, settings.engine, settings.rate), console=console,
                   refresh_per_second=2) as live:
             while gen_thread.is_alive() or not truth_box:
-                _tick(queries, mb_box[0] if mb_box else None, state, generator, bootstrap,
-                      topics)
+                _tick(queries, mb_query, state, generator, bootstrap, topics)
                 live.update(view(state, settings.engine, settings.rate))
                 time.sleep(0.5)
             state.truth = truth_box[0]
             state.phase = "draining"
-            mb_query = mb_box[0] if mb_box else None
             _drain(settings, queries, mb_query, state, bootstrap, topics,
                    lambda: live.update(view(state, settings.engine, settings.rate)))
             state.phase = "done"
@@ -290,6 +295,7 @@ def _run(settings: LiveSettings, bootstrap: str, console: Console) -> LiveSummar
         for q in queries:
             q.stop()
         stop.set()
+        go.set()
         watcher.join(5)
     truth = truth_box[0]
     agreement = None

@@ -10,7 +10,8 @@ read_committed consumer. It includes the simulated card-terminal-to-broker delay
 record (simulated network + generator), record to alert record (Spark: Kafka source, rule
 operator, Kafka sink), alert record to read (broker and consumer). A rate is *sustained*
 when the generator kept it (>= 95%), every incident was found, and the median latency of the
-run's last third is at most twice that of its first third after the warm-up (+50 ms).
+run's last third is at most twice that of its first third after the warm-up (+50 ms) and
+under a second.
 
     .venv/bin/python bench/fraud_latency.py --rates 1000,5000,20000 --duration 60 --write-md
 """
@@ -60,8 +61,10 @@ def cell(engine: str, rate: float, duration: float, warmup: float, incidents: fl
 
 
 def sustained(r: dict[str, Any]) -> bool:
+    # A backlog built during the warm-up and never worked off also fails: alerts seconds old.
     return (r["achieved"] >= 0.95 * r["rate"] and r["recall"] == 1.0 and r["measured"] > 0
-            and r["last_third_p50"] <= 2 * r["first_third_p50"] + 50)
+            and r["last_third_p50"] <= 2 * r["first_third_p50"] + 50
+            and r["last_third_p50"] <= 1000)
 
 
 def main(argv: list[str] | None = None) -> int:

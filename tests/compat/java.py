@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,11 @@ from headrace import jvm
 DRIVER = "io.headrace.clients.Main"
 BUILT_AGAINST = "4.4.0"  # jvm/pom.xml kafka.clients.version
 JVM_TIMEOUT = 120.0
+# Group scenarios whose observations never name their topics: on the reference broker a
+# consumer that times out waiting for its group (seen in CI runs under full load,
+# never reproduced alone) is run once more on fresh topics, with a warning. On headrace
+# every failure counts.
+REFERENCE_RETRIED = frozenset({"commits", "assignors", "static-membership", "consumer-protocol"})
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,21 @@ class JavaClient:
 
     def run(self, scenario: str, topic: str) -> dict[str, Any]:
         """Run ``scenario`` in a fresh JVM; its JSON observations. Blocks (bounded)."""
+        done = self._run(scenario, topic)
+        if (done.returncode != 0 and self.broker == "kafka" and scenario in REFERENCE_RETRIED
+                and "timed out consuming" in done.stderr):
+            warnings.warn(f"java scenario {scenario} timed out on the reference broker; run "
+                          f"again on fresh topics. Its log:\n{done.stderr[-12000:]}", stacklevel=2)
+            done = self._run(scenario, f"{topic}-again")
+        if done.returncode != 0:
+            raise AssertionError(
+                f"java scenario {scenario} (kafka-clients {self.version}, {self.broker}) "
+                f"exited {done.returncode}:\n{done.stderr[-12000:]}"
+            )
+        result: dict[str, Any] = json.loads(done.stdout)
+        return result
+
+    def _run(self, scenario: str, topic: str) -> subprocess.CompletedProcess[str]:
         cmd = [
             jvm.java_executable(),
             "-Xshare:auto",
@@ -51,11 +72,4 @@ class JavaClient:
             "--topic",
             topic,
         ]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=JVM_TIMEOUT)
-        if done.returncode != 0:
-            raise AssertionError(
-                f"java scenario {scenario} (kafka-clients {self.version}, {self.broker}) "
-                f"exited {done.returncode}:\n{done.stderr[-6000:]}"
-            )
-        result: dict[str, Any] = json.loads(done.stdout)
-        return result
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=JVM_TIMEOUT)

@@ -122,11 +122,32 @@ final class ConsumerScenarios {
         List<Map<String, Object>> seen = new ArrayList<>();
         // A group read waits for a join (and, on a loaded machine, for the previous
         // member's departure to settle): twice the usual allowance.
-        Clients.await("consuming " + count + " records", () -> {
-            for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(100))) seen.add(Clients.record(r));
-            return seen.size() >= count;
-        }, Clients.TIMEOUT.multipliedBy(2));
+        try {
+            Clients.await("consuming " + count + " records", () -> {
+                for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(100))) seen.add(Clients.record(r));
+                return seen.size() >= count;
+            }, Clients.TIMEOUT.multipliedBy(2));
+        } catch (IllegalStateException e) {
+            throw new IllegalStateException(e.getMessage() + " (" + seen.size() + " seen; " + groupState(c) + ")", e);
+        }
         return seen;
+    }
+
+    /** What a stuck group read knows of itself: generation, member, assignment, positions. */
+    static String groupState(KafkaConsumer<String, String> c) {
+        StringBuilder out = new StringBuilder();
+        try {
+            out.append("generation ").append(c.groupMetadata().generationId())
+               .append(", member ").append(c.groupMetadata().memberId())
+               .append(", assignment ").append(c.assignment());
+            for (TopicPartition tp : c.assignment()) {
+                out.append(", ").append(tp).append(" at ").append(c.position(tp, Duration.ofSeconds(5)));
+            }
+            out.append(", committed ").append(c.committed(c.assignment(), Duration.ofSeconds(5)));
+        } catch (RuntimeException e) {
+            out.append(" (then ").append(Clients.errorName(e)).append(")");
+        }
+        return out.toString();
     }
 
     /** {partition: [offset, metadata]} */

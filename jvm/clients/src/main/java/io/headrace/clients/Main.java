@@ -9,7 +9,8 @@ import java.util.Map;
  * <p>Each scenario creates its topics (named from {@code --topic}), runs a fixed workload with
  * the plain kafka-clients API and prints ONE JSON document of what it observed on stdout; the
  * Python tests (tests/compat/test_java_client.py) assert the exact outcome. Logs go to stderr
- * at WARN. Exit status 0 on success, 1 if the scenario threw, 2 on a usage error.
+ * at WARN (the group coordinator's join/sync steps at INFO: a failed group scenario shows
+ * them). Exit status 0 on success, 1 if the scenario threw, 2 on a usage error.
  */
 public final class Main {
     private Main() {}
@@ -17,6 +18,8 @@ public final class Main {
     public static void main(String[] argv) throws Exception {
         System.setProperty("org.slf4j.simpleLogger.defaultLogLevel", "warn");
         System.setProperty("org.slf4j.simpleLogger.logFile", "System.err");
+        System.setProperty("org.slf4j.simpleLogger.showDateTime", "true");
+        System.setProperty("org.slf4j.simpleLogger.log.org.apache.kafka.clients.consumer.internals", "info");
         if (argv.length == 0) {
             System.err.println("usage: Main SCENARIO --bootstrap HOST:PORT --topic NAME");
             System.exit(2);

@@ -303,6 +303,8 @@ def split(records: bytes | bytearray | memoryview, position: int, read_committed
     aborting: set[int] = set()
     parts: list[bytes | memoryview] = []
     meta: list[tuple[int, int, int, int, int]] = []
+    in_place: list[int] = []  # where each kept section starts in ``records``
+    compressed = False
     pos = 0
     after = position
     while len(view) - pos >= HEADER_SIZE:
@@ -330,11 +332,21 @@ def split(records: bytes | bytearray | memoryview, position: int, read_committed
                 except ProtocolError as e:
                     raise CorruptBatchError(f"record batch at offset {h.base_offset}: {e}") from e
                 parts.append(section)
+                in_place.append(pos + HEADER_SIZE)
+                compressed = compressed or h.compression != 0
                 append_time = h.max_timestamp if h.attributes & TIMESTAMP_TYPE_MASK else -1
                 meta.append((len(section), h.record_count, h.base_offset, h.base_timestamp,
                              append_time))
         after = max(after, h.last_offset + 1)
         pos += size
+    if parts and not compressed:
+        # Uncompressed: the sections are decoded where they are, without a copy.
+        table = np.array(meta, np.int64).reshape(-1, 5)
+        starts = np.array(in_place, np.int64)
+        return Sections(buf=np.frombuffer(view, np.uint8), starts=starts,
+                        ends=starts + table[:, 0], counts=table[:, 1].copy(),
+                        base_offsets=table[:, 2].copy(), base_timestamps=table[:, 3].copy(),
+                        append_times=table[:, 4].copy()), after
     return _sections(parts, meta), after
 
 

@@ -51,7 +51,7 @@ class Fetched:
     last_stable_offset: int
     log_start_offset: int
     aborted: list[tuple[int, int]]  # (producer id, first offset)
-    records: bytes
+    records: memoryview  # a view of the response frame
 
 
 class _Connection:
@@ -63,16 +63,21 @@ class _Connection:
         self.correlation_id = 0
 
     def request(self, request: Any, version: int, timeout_s: float) -> Any:
+        """Send ``request`` and decode its response with the codec."""
+        frame = self.request_frame(request, version, timeout_s)
+        return request.header.get_response_class().decode(frame, header=True)
+
+    def request_frame(self, request: Any, version: int, timeout_s: float) -> bytearray:
+        """Send ``request``; its response frame (header included), undecoded."""
         self.correlation_id += 1
         request.with_header(correlation_id=self.correlation_id, client_id=CLIENT_ID)
         self.sock.settimeout(timeout_s)
         self.sock.sendall(bytes(request.encode(version=version, header=True, framed=True)))
         (size,) = _SIZE.unpack(self._read(4))
         frame = self._read(size)
-        response = request.header.get_response_class().decode(frame, header=True)
-        if response.header.correlation_id != self.correlation_id:
+        if len(frame) < 4 or _SIZE.unpack_from(frame)[0] != self.correlation_id:
             raise ConnectionError("response out of order")
-        return response
+        return frame
 
     def _read(self, n: int) -> bytearray:
         buf = bytearray(n)
@@ -117,17 +122,16 @@ class PartitionFetcher:
                     log_start_offset=-1, partition_max_bytes=self.partition_max_bytes)])])
         conn = self._leader_connection()
         try:
-            response = conn.request(request, FETCH_VERSION, self.timeout_s + max_wait_ms / 1000)
+            frame = conn.request_frame(request, FETCH_VERSION,
+                                       self.timeout_s + max_wait_ms / 1000)
+            fetched = parse_fetch_response(frame)
         except (OSError, ValueError, struct.error) as e:
             self.close()
             raise ConnectionError(f"fetch from the leader failed: {e}") from e
-        part = response.responses[0].partitions[0]
-        if part.error_code in RETRIABLE:
+        if fetched.error_code in RETRIABLE:
             self.close()
-            raise ConnectionError(f"fetch error code {part.error_code}")
-        aborted = [(a.producer_id, a.first_offset) for a in (part.aborted_transactions or ())]
-        return Fetched(part.error_code, part.high_watermark, part.last_stable_offset,
-                       part.log_start_offset, aborted, part.records or b"")
+            raise ConnectionError(f"fetch error code {fetched.error_code}")
+        return fetched
 
     def earliest(self) -> int:
         """The partition's log start offset (ListOffsets, timestamp -2)."""
@@ -180,6 +184,42 @@ class PartitionFetcher:
         if self._leader is not None:
             self._leader.close()
             self._leader = None
+
+
+_HEAD = struct.Struct(">iihi")  # correlation id, throttle time, error code, session id
+_PARTITION = struct.Struct(">ihqqq")  # index, error code, high watermark, LSO, log start
+_ABORTED = struct.Struct(">qq")
+
+
+def parse_fetch_response(frame: bytearray) -> Fetched:
+    """The one partition of a Fetch v11 response frame (header v0 included), parsed by
+    hand so that its records stay a view of ``frame`` rather than a copy. Raises
+    ``ValueError`` or ``struct.error`` on a malformed frame."""
+    view = memoryview(frame)
+    _cid, _throttle, error_code, _session = _HEAD.unpack_from(view, 0)
+    if error_code:
+        raise ConnectionError(f"fetch failed with error code {error_code}")
+    pos = _HEAD.size
+    (topics,) = _SIZE.unpack_from(view, pos)
+    (name_length,) = struct.unpack_from(">h", view, pos + 4)
+    pos += 6 + name_length
+    (partitions,) = _SIZE.unpack_from(view, pos)
+    if topics != 1 or partitions != 1:
+        raise ValueError(f"expected one topic partition, got {topics} / {partitions}")
+    _index, code, high, stable, start = _PARTITION.unpack_from(view, pos + 4)
+    pos += 4 + _PARTITION.size
+    (count,) = _SIZE.unpack_from(view, pos)
+    pos += 4
+    aborted = []
+    for _ in range(max(count, 0)):
+        aborted.append(_ABORTED.unpack_from(view, pos))
+        pos += _ABORTED.size
+    (size,) = _SIZE.unpack_from(view, pos + 4)  # after the preferred read replica
+    pos += 8
+    if size > len(view) - pos:
+        raise ValueError("records run past the end of the response")
+    records = view[pos:pos + max(size, 0)]
+    return Fetched(code, high, stable, start, aborted, records)
 
 
 def _leader_of(meta: Any, topic: str, partition: int) -> tuple[str, int]:

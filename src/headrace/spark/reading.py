@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +23,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from headrace.protocol import columnar
 from headrace.spark.errors import DataLossError, SparkConnectorError
-from headrace.spark.fetcher import OFFSET_OUT_OF_RANGE, PartitionFetcher
+from headrace.spark.fetcher import OFFSET_OUT_OF_RANGE, Fetched, PartitionFetcher
 from headrace.spark.options import SourceOptions
 
 SCHEMA_DDL = ("key binary, value binary, topic string, partition int, offset long, "
@@ -133,9 +134,13 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch
 
 
 def _read_fetched(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
+    """The raw path: while one response is decoded and handed to Spark, the next one is
+    already being fetched (the decoder releases the GIL)."""
     timeout = opts.poll_timeout_ms / 1000
     fetcher = PartitionFetcher(opts.bootstrap_servers, rng.topic, rng.partition,
                                opts.read_committed, timeout_s=min(timeout, 30.0))
+    pool = ThreadPoolExecutor(1, thread_name_prefix="headrace-fetch")
+    ahead: Future[Fetched] | None = None
     topic = pa.scalar(rng.topic, pa.string())
     partition = pa.scalar(rng.partition, pa.int32())
     schema = ARROW_SCHEMA_HEADERS if opts.include_headers else ARROW_SCHEMA
@@ -150,21 +155,18 @@ def _read_fetched(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBa
                     f"to {rng.end}) within kafkaConsumer.pollTimeoutMs={opts.poll_timeout_ms}"
                     + (f"; last problem: {last_problem}" if last_problem else ""))
             try:
-                if position == EARLIEST_AT_READ or position < 0:
+                if position < 0:  # EARLIEST_AT_READ
                     position = fetcher.earliest()
                     continue
-                fetched = fetcher.fetch(position, FETCH_WAIT_MS)
+                if ahead is not None:
+                    fetched, ahead = ahead.result(), None
+                else:
+                    fetched = fetcher.fetch(position, FETCH_WAIT_MS)
                 if fetched.error_code == OFFSET_OUT_OF_RANGE:
-                    low = fetcher.earliest()
-                    if position >= low:
-                        raise SparkConnectorError(
-                            f"{rng.topic}[{rng.partition}]: offset {position} is beyond the "
-                            f"log's end (the partition was truncated or recreated)")
-                    _data_lost(opts, rng, position, low)
-                    position = low
+                    position = _after_out_of_range(opts, rng, fetcher, position)
                     continue
             except ConnectionError as e:
-                last_problem = str(e)
+                ahead, last_problem = None, str(e)
                 time.sleep(0.1)
                 continue
             if fetched.error_code:
@@ -175,6 +177,8 @@ def _read_fetched(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBa
                                              fetched.aborted)
             if after > position:
                 deadline = time.monotonic() + timeout
+                if after < rng.end:
+                    ahead = pool.submit(fetcher.fetch, after, FETCH_WAIT_MS)
                 cols = columnar.decode(sections, position, rng.end, opts.include_headers)
                 position = after
                 if len(cols):
@@ -187,7 +191,23 @@ def _read_fetched(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBa
                 if position < visible and not fetched.records:
                     position = visible  # aborted or compacted to the end: nothing to read
     finally:
+        if ahead is not None:
+            ahead.cancel() or ahead.exception()  # the socket is free once it is done
+        pool.shutdown(wait=True)
         fetcher.close()
+
+
+def _after_out_of_range(opts: SourceOptions, rng: OffsetRange, fetcher: PartitionFetcher,
+                        position: int) -> int:
+    """Where to go on after OFFSET_OUT_OF_RANGE at ``position``: the log start when
+    retention or DeleteRecords removed it (data loss, fatal unless failOnDataLoss=false)."""
+    low = fetcher.earliest()
+    if position >= low:
+        raise SparkConnectorError(
+            f"{rng.topic}[{rng.partition}]: offset {position} is beyond the log's end "
+            f"(the partition was truncated or recreated)")
+    _data_lost(opts, rng, position, low)
+    return low
 
 
 def _arrow_batch(cols: columnar.Columns, topic: pa.Scalar, partition: pa.Scalar,

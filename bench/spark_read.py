@@ -358,6 +358,52 @@ def notes(args: argparse.Namespace) -> list[str]:
     ]
 
 
+def python_source_ceiling(spark: Any, records: int, partitions: int, runs: int) -> list[float]:
+    """Seconds for ``count(*), sum(length(value))`` over a Python data source that yields
+    pre-built Arrow batches of the source's seven columns: no Kafka, no decoding. What any
+    Python data source can reach here, the bound of ``format("headrace")``."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from headrace.spark.reading import ARROW_SCHEMA, SCHEMA_DDL
+
+    per_task, rows = records // partitions, 50_000
+
+    class Reader(DataSourceReader):
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(i) for i in range(partitions)]
+
+        def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+            n = min(rows, per_task)
+            offsets = pa.array(np.arange(0, VALUE_BYTES * n + 1, VALUE_BYTES, dtype=np.int32))
+            value = pa.Array.from_buffers(pa.binary(), n, [
+                None, offsets.buffers()[1], pa.py_buffer(np.random.bytes(VALUE_BYTES * n))])
+            batch = pa.RecordBatch.from_arrays([
+                pa.nulls(n, pa.binary()), value, pa.repeat(pa.scalar("spark-read"), n),
+                pa.repeat(pa.scalar(0, pa.int32()), n), pa.array(np.arange(n)),
+                pa.array(np.arange(n) * 1000).cast(pa.timestamp("us", tz="UTC")),
+                pa.repeat(pa.scalar(0, pa.int32()), n)], schema=ARROW_SCHEMA)
+            left = per_task
+            while left > 0:
+                yield batch.slice(0, min(n, left))
+                left -= n
+
+    class Ceiling(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "arrow-ceiling"
+
+        def schema(self) -> str:
+            return SCHEMA_DDL
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            return Reader()
+
+    spark.dataSource.register(Ceiling)
+    df = spark.read.format("arrow-ceiling").load()
+    timed_aggregate(df, per_task * partitions)  # start the workers
+    return [timed_aggregate(df, per_task * partitions) for _ in range(runs)]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--records", type=int, default=DEFAULT_RECORDS)
@@ -387,11 +433,22 @@ def main(argv: list[str] | None = None) -> int:
               f"({parquet.stat().st_size / 1e6:,.0f} MB)", flush=True)
         spark = spark_session("bench-spark-read")
         results = [run_broker(spark, spec, parquet, args) for spec in specs]
+        ceiling = python_source_ceiling(spark, args.records, args.partitions, args.runs)
         spark.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    rate = args.records // args.partitions * args.partitions / statistics.median(ceiling)
+    parquet_rates = [r.parquet_rate for r in results if not r.error]
+    bound = (f"; {rate / statistics.median(parquet_rates):.2f}x Parquet" if parquet_rates
+             else "")
+    ceiling_note = ("ceiling: a Python data source yielding pre-built Arrow batches of the same "
+                    "seven columns (no Kafka, no decoding) reads at "
+                    f"{fmt_int(rate)} rows/s (median of {len(ceiling)}{bound}), runs "
+                    + ", ".join(f"{c:.2f}" for c in ceiling) + " s: the most any Python data "
+                    "source can reach here")
+    print(ceiling_note, flush=True)
     publish("spark_read", "Spark read: format(\"headrace\") vs Parquet", env, render(results),
-            notes(args), args.write_md, args.md_file)
+            [*notes(args), ceiling_note], args.write_md, args.md_file)
     return 1 if any(r.error for r in results) else 0
 
 

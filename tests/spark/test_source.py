@@ -239,6 +239,10 @@ def test_deleted_topic_is_data_loss(spark: SparkSession, broker: EmbeddedBroker,
      "kafka.group.id"),
     ({"kafka.bootstrap.servers": "x:1", "subscribe": "t", "failOnDataLoss": "maybe"},
      "true or false"),
+    ({"kafka.bootstrap.servers": "x:1", "subscribe": "t", "headrace.reader": "jvm"},
+     "fetch or librdkafka"),
+    ({"kafka.bootstrap.servers": "x:1", "subscribe": "t", "headrace.reader": "fetch",
+      "kafka.security.protocol": "SASL_SSL"}, "PLAINTEXT only"),
 ])
 def test_bad_options_fail_with_a_clear_message(spark: SparkSession, options: dict[str, str],
                                                message: str) -> None:
@@ -278,3 +282,34 @@ def test_retention_gap_is_data_loss(spark: SparkSession, broker: EmbeddedBroker,
         return
     run_available_now(stream, tmp_path / "cp", got)
     assert sorted(got) == sorted(expected(more, placed, lambda p, o: p != 0 or o >= 30))
+
+
+def test_fetch_reader_equals_librdkafka_reader(spark: SparkSession, any_broker: Broker,
+                                               topic_name: str) -> None:
+    """The raw Fetch reader (the default) and the librdkafka reader return the same rows,
+    every column and header, for batches in each codec, with null keys and values, spread
+    over several fetches; on headrace and on Apache Kafka."""
+    broker = any_broker
+    create_topic(broker.bootstrap_servers, topic_name, 5)
+    for partition, codec in enumerate(("none", "gzip", "snappy", "lz4", "zstd")):
+        p = Producer({"bootstrap.servers": broker.bootstrap_servers, "compression.codec": codec,
+                      "linger.ms": 5, "batch.size": 65536})
+        for i in range(3000):
+            p.produce(topic_name, partition=partition,
+                      key=None if i % 7 == 0 else f"key-{i % 50}".encode(),
+                      value=None if i % 11 == 0 else f"{codec}-{i}-".encode() * (i % 9 + 1),
+                      headers=[("n", str(i).encode()), ("empty", None)] if i % 3 == 0 else None,
+                      timestamp=1_700_000_000_000 + i)
+        p.flush(30)
+
+    def read(reader: str) -> list[tuple[Any, ...]]:
+        df = source(spark, broker, subscribe=topic_name, includeHeaders="true",
+                    **{"headrace.reader": reader})
+        return sorted((r.partition, r.offset, r.key, r.value, r.timestamp, r.timestampType,
+                       [(h.key, h.value) for h in r.headers or []], r.topic)
+                      for r in df.collect())
+
+    fetched = read("fetch")
+    assert len(fetched) == 5 * 3000
+    assert fetched == read("librdkafka")
+    assert fetched[3][6] == [("n", b"3"), ("empty", None)]

@@ -13,8 +13,11 @@ Source options: ``kafka.bootstrap.servers``; one of ``subscribe``, ``subscribePa
 ``startingOffsetsByTimestamp`` (+ ``startingOffsetsByTimestampStrategy``),
 ``endingOffsets`` / ``endingTimestamp`` (batch), ``maxOffsetsPerTrigger``,
 ``minPartitions``, ``failOnDataLoss``, ``includeHeaders``, ``isolation.level``
-(read_committed by default), ``kafkaConsumer.pollTimeoutMs``, ``kafka.*`` client settings.
-Columns: key, value, topic, partition, offset, timestamp, timestampType[, headers].
+(read_committed by default), ``kafkaConsumer.pollTimeoutMs``, ``kafka.*`` client settings,
+``headrace.reader`` (``fetch``, the default over PLAINTEXT: raw Fetch requests decoded into
+Arrow columns by a compiled scan; ``librdkafka``: a librdkafka consumer per task, the path
+for TLS/SASL). Columns: key, value, topic, partition, offset, timestamp,
+timestampType[, headers].
 
 Sink options: ``kafka.bootstrap.servers``, ``topic`` (or a topic column), ``delivery``
 (``exactly-once`` by default, or ``at-least-once``), ``kafka.*``. Columns: value
@@ -33,9 +36,8 @@ headrace and against a Kafka cluster, with the same options and columns:
   Kafka sink is at-least-once: a retried task or replayed micro-batch writes again),
   ``read_events`` with **dead letters**, and the ``headrace.streaming`` event-time toolkit
   built on it. It also reads read_committed by default, where Spark reads read_uncommitted.
-- ``format("kafka")`` where a pipeline already uses it, and for plain reads where raw speed
-  matters: it runs in the JVM, with no Python worker between the consumer and Spark; and
-  for Spark's Real-Time Mode, which admits only JVM sources and sinks (tested: 4.2.0 on
+- ``format("kafka")`` where a pipeline already uses it, and for Spark's Real-Time Mode,
+  which admits only JVM sources and sinks (tested: 4.2.0 on
   PySpark 4.3.0, against headrace and Kafka). A pipeline can mix them
   (read with ``format("kafka")``, write exactly-once with ``format("headrace")``).
 

@@ -35,7 +35,7 @@ _SOURCE_KEYS = frozenset({
     "startingtimestamp", "startingoffsetsbytimestamp", "startingoffsetsbytimestampstrategy",
     "endingtimestamp", "maxoffsetspertrigger", "minpartitions", "failondataloss",
     "includeheaders", "isolation.level", "kafkaconsumer.polltimeoutms",
-    "valueschema", "eventtime", "deadlettertopic",
+    "valueschema", "eventtime", "deadlettertopic", "headrace.reader",
 })
 _SINK_KEYS = frozenset({"topic", "delivery"})
 
@@ -76,6 +76,9 @@ class SourceOptions:
     poll_timeout_ms: int
     client_configs: dict[str, str] = field(default_factory=dict)
     events: EventSpec | None = None
+    raw_fetch: bool = False
+    """Read raw batches with Fetch requests (``headrace.reader=fetch``, the default over
+    PLAINTEXT) rather than through a librdkafka consumer (``headrace.reader=librdkafka``)."""
     """Set by ``valueSchema``/``eventTime``/``deadLetterTopic``: parse values as JSON."""
 
 
@@ -241,6 +244,7 @@ def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceO
                               f"together; got only {event_keys}")
         events = event_spec(opts["valueschema"], opts["eventtime"], opts["deadlettertopic"])
     return SourceOptions(
+        raw_fetch=_raw_fetch(opts, configs),
         bootstrap_servers=bootstrap,
         subscription=_subscription(opts),
         starting=starting,
@@ -257,6 +261,20 @@ def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceO
         client_configs=configs,
         events=events,
     )
+
+
+def _raw_fetch(opts: dict[str, str], configs: dict[str, str]) -> bool:
+    reader = opts.get("headrace.reader")
+    plaintext = configs.get("security.protocol", "plaintext").lower() == "plaintext"
+    if reader is None:
+        return plaintext
+    if reader.lower() not in ("fetch", "librdkafka"):
+        raise OptionError(f"option 'headrace.reader' must be fetch or librdkafka, got {reader!r}")
+    if reader.lower() == "fetch" and not plaintext:
+        raise OptionError("option 'headrace.reader=fetch' reads over PLAINTEXT only; use "
+                          "librdkafka with kafka.security.protocol="
+                          f"{configs['security.protocol']}")
+    return reader.lower() == "fetch"
 
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +21,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from headrace.protocol import columnar
 from headrace.spark.errors import DataLossError, SparkConnectorError
+from headrace.spark.fetcher import OFFSET_OUT_OF_RANGE, Fetched, PartitionFetcher
 from headrace.spark.options import SourceOptions
 
 SCHEMA_DDL = ("key binary, value binary, topic string, partition int, offset long, "
@@ -35,6 +38,7 @@ ARROW_SCHEMA = pa.schema(_FIELDS)
 ARROW_SCHEMA_HEADERS = pa.schema([*_FIELDS, ("headers", _HEADER_TYPE)])
 
 ROWS_PER_BATCH = 20_000
+FETCH_WAIT_MS = 500
 EARLIEST_AT_READ = -2
 """A range start meaning "the partition's first offset when the task runs" (new partitions)."""
 
@@ -113,12 +117,108 @@ class _Columns:
 
 
 def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
-    """Yield the records of ``rng`` in offset order, ``ROWS_PER_BATCH`` rows at a time."""
+    """Yield the records of ``rng`` in offset order, in Arrow batches.
+
+    Over PLAINTEXT the records are fetched as raw batches and decoded column by column
+    (``headrace.spark.fetcher``, ``headrace.protocol.columnar``): one Arrow batch per Fetch
+    response. With any other ``kafka.security.protocol``, or ``headrace.reader=librdkafka``,
+    a librdkafka consumer reads them, ``ROWS_PER_BATCH`` rows at a time."""
+    if opts.raw_fetch:
+        yield from _read_fetched(opts, rng)
+        return
     consumer = Consumer(consumer_config(opts))
     try:
         yield from _read(consumer, opts, rng)
     finally:
         consumer.close()
+
+
+def _read_fetched(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
+    """The raw path: while one response is decoded and handed to Spark, the next one is
+    already being fetched (the decoder releases the GIL)."""
+    timeout = opts.poll_timeout_ms / 1000
+    fetcher = PartitionFetcher(opts.bootstrap_servers, rng.topic, rng.partition,
+                               opts.read_committed, timeout_s=min(timeout, 30.0))
+    pool = ThreadPoolExecutor(1, thread_name_prefix="headrace-fetch")
+    ahead: Future[Fetched] | None = None
+    topic = pa.scalar(rng.topic, pa.string())
+    partition = pa.scalar(rng.partition, pa.int32())
+    schema = ARROW_SCHEMA_HEADERS if opts.include_headers else ARROW_SCHEMA
+    position = rng.start
+    deadline = time.monotonic() + timeout
+    last_problem = ""
+    try:
+        while position < rng.end:
+            if time.monotonic() > deadline:
+                raise SparkConnectorError(
+                    f"{rng.topic}[{rng.partition}]: no record at offset {position} (reading up "
+                    f"to {rng.end}) within kafkaConsumer.pollTimeoutMs={opts.poll_timeout_ms}"
+                    + (f"; last problem: {last_problem}" if last_problem else ""))
+            try:
+                if position < 0:  # EARLIEST_AT_READ
+                    position = fetcher.earliest()
+                    continue
+                if ahead is not None:
+                    fetched, ahead = ahead.result(), None
+                else:
+                    fetched = fetcher.fetch(position, FETCH_WAIT_MS)
+                if fetched.error_code == OFFSET_OUT_OF_RANGE:
+                    position = _after_out_of_range(opts, rng, fetcher, position)
+                    continue
+            except ConnectionError as e:
+                ahead, last_problem = None, str(e)
+                time.sleep(0.1)
+                continue
+            if fetched.error_code:
+                raise SparkConnectorError(f"{rng.topic}[{rng.partition}]: fetch at offset "
+                                          f"{position} failed with error code "
+                                          f"{fetched.error_code}")
+            sections, after = columnar.split(fetched.records, position, opts.read_committed,
+                                             fetched.aborted)
+            if after > position:
+                deadline = time.monotonic() + timeout
+                if after < rng.end:
+                    ahead = pool.submit(fetcher.fetch, after, FETCH_WAIT_MS)
+                cols = columnar.decode(sections, position, rng.end, opts.include_headers)
+                position = after
+                if len(cols):
+                    yield _arrow_batch(cols, topic, partition, schema)
+            else:
+                visible = (fetched.last_stable_offset if opts.read_committed
+                           else fetched.high_watermark)
+                if visible >= rng.end and position >= visible:
+                    return  # the rest of the range is markers or compacted away
+                if position < visible and not fetched.records:
+                    position = visible  # aborted or compacted to the end: nothing to read
+    finally:
+        if ahead is not None:
+            ahead.cancel() or ahead.exception()  # the socket is free once it is done
+        pool.shutdown(wait=True)
+        fetcher.close()
+
+
+def _after_out_of_range(opts: SourceOptions, rng: OffsetRange, fetcher: PartitionFetcher,
+                        position: int) -> int:
+    """Where to go on after OFFSET_OUT_OF_RANGE at ``position``: the log start when
+    retention or DeleteRecords removed it (data loss, fatal unless failOnDataLoss=false)."""
+    low = fetcher.earliest()
+    if position >= low:
+        raise SparkConnectorError(
+            f"{rng.topic}[{rng.partition}]: offset {position} is beyond the log's end "
+            f"(the partition was truncated or recreated)")
+    _data_lost(opts, rng, position, low)
+    return low
+
+
+def _arrow_batch(cols: columnar.Columns, topic: pa.Scalar, partition: pa.Scalar,
+                 schema: pa.Schema) -> pa.RecordBatch:
+    n = len(cols)
+    arrays = [cols.key, cols.value, pa.repeat(topic, n), pa.repeat(partition, n), cols.offset,
+              pc.multiply(cols.timestamp_ms, 1000).cast(pa.timestamp("us", tz="UTC")),
+              cols.timestamp_type]
+    if cols.headers is not None:
+        arrays.append(cols.headers)
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def _start_offset(consumer: Consumer, opts: SourceOptions, rng: OffsetRange) -> int:

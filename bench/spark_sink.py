@@ -102,6 +102,10 @@ class Runs:
     def rate(self, rows: int) -> float:
         return rows / statistics.median(self.seconds)
 
+    def spread(self) -> str:
+        """Slowest run over fastest run, as a percentage above 1."""
+        return f"{(max(self.seconds) / min(self.seconds) - 1) * 100:.0f}%"
+
 
 def batch_write(spark: Any, bs: str, files: Path, topic: str, delivery: str) -> float:
     df = spark.read.parquet(str(files))
@@ -179,13 +183,15 @@ def render(results: list[Result], rows: int) -> str:
         for kind in ("batch", "stream"):
             eo, alo = r.runs[(kind, MODES[0])], r.runs[(kind, MODES[1])]
             if r.error is not None or not eo.seconds or not alo.seconds:
-                out.append([r.spec.name, kind, "failed", "-", "-", "-"])
+                out.append([r.spec.name, kind, "failed", "-", "-", "-", "-", "-"])
                 continue
             ratio = eo.rate(rows) / alo.rate(rows)
-            out.append([r.spec.name, kind, fmt_int(eo.rate(rows)), fmt_int(alo.rate(rows)),
+            out.append([r.spec.name, kind, fmt_int(eo.rate(rows)), eo.spread(),
+                        fmt_int(alo.rate(rows)), alo.spread(),
                         f"{ratio:.2f}x", f"{(1 - ratio) * 100:.0f}%"])
-    return table(["broker", "write", "exactly-once rows/s", "at-least-once rows/s",
-                  "exactly-once / at-least-once", "exactly-once cost"], out)
+    return table(["broker", "write", "exactly-once rows/s", "spread",
+                  "at-least-once rows/s", "spread", "exactly-once / at-least-once",
+                  "exactly-once cost"], out)
 
 
 def notes(args: argparse.Namespace) -> list[str]:
@@ -207,6 +213,7 @@ def notes(args: argparse.Namespace) -> list[str]:
         "Spark); at-least-once's idempotent producer may hold its first send until "
         "librdkafka's PID timer fires (500 ms on headrace, ~1 s on Tansu, when no broker "
         "connection is up at start), so at-least-once can come out the slower one",
+        "spread: the slowest of a cell's runs over its fastest (0% = identical runs)",
         "goal: exactly-once / at-least-once >= 0.90; on a shared 2-core machine runs of "
         "one cell spread by up to 2x, so read the ratio with the load average above",
     ]

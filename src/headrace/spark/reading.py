@@ -186,10 +186,10 @@ def _read_fetched(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBa
             else:
                 visible = (fetched.last_stable_offset if opts.read_committed
                            else fetched.high_watermark)
-                if visible >= rng.end and position >= visible:
-                    return  # the rest of the range is markers or compacted away
-                if position < visible and not fetched.records:
-                    position = visible  # aborted or compacted to the end: nothing to read
+                if not fetched.records and position < visible:
+                    # Nothing at or after ``position`` below what a reader of this isolation
+                    # level can see: compacted away. Beyond it, the next fetch long-polls.
+                    position = visible
     finally:
         if ahead is not None:
             ahead.cancel() or ahead.exception()  # the socket is free once it is done

@@ -200,11 +200,16 @@ def crash_damage_recover(batch_specs: list, config: LogConfig, data: st.DataObje
                 with open(path, "ab") as f:
                     f.write(b"\x00\x00\x01")
 
-        # The expected survivors, from the damage alone.
-        first_bad = min((p for p, _ in flips), default=len(raw))
-        ends = [sum(layout[: i + 1]) for i in range(len(layout))]
-        active_survivors = [s for s, end in zip(active, ends, strict=True)
-                            if end <= cut and end <= first_bad]
+        # The expected survivors, from the damage alone: the batches still byte for byte
+        # in place, up to the first that is not. (Garbage after a cut can rewrite the very
+        # bytes it cut, e.g. a lost trailing 0x00 followed by a 0x00: then nothing is torn.)
+        active_survivors = []
+        start = 0
+        for s, size in zip(active, layout, strict=True):
+            if damaged[start:start + size] != raw[start:start + size]:
+                break
+            active_survivors.append(s)
+            start += size
         survivors = built.before_active() + active_survivors
 
         log = PartitionLog(built.directory, config, recover_fully=True)  # must not raise
@@ -265,9 +270,14 @@ def test_valid_prefix_then_arbitrary_bytes(batch_specs, garbage, cut_back) -> No
             offset += len(records)
         raw = b"".join(s.data for s in good)
         cut = max(0, len(raw) - cut_back)
-        segment_files(directory, 0)[0].write_bytes(raw[:cut] + garbage)
-        ends = [sum(len(s.data) for s in good[: i + 1]) for i in range(len(good))]
-        survivors = [s for s, end in zip(good, ends, strict=True) if end <= cut]
+        written = raw[:cut] + garbage
+        segment_files(directory, 0)[0].write_bytes(written)
+        survivors, start = [], 0
+        for s in good:  # still byte for byte in place (the junk may rewrite what was cut)
+            if written[start:start + len(s.data)] != s.data:
+                break
+            survivors.append(s)
+            start += len(s.data)
         log = PartitionLog(directory, LogConfig(index_interval_bytes=150), recover_fully=True)
         built = Built(directory, log.config, good, 0)
         assert_recovered(log, built, survivors, cut + len(garbage))

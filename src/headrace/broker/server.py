@@ -9,6 +9,7 @@ import asyncio
 import logging
 import signal
 import time
+from collections.abc import Callable
 
 from headrace.broker import handlers
 from headrace.broker.cleaner_task import run_cleaner
@@ -23,8 +24,10 @@ TXN_TIMEOUT_CHECK_SECONDS = 1.0
 handlers.load_all()
 
 
-async def serve(config: BrokerConfig, stop: asyncio.Event | None = None) -> None:
-    """Run a broker until ``stop`` is set (or SIGINT/SIGTERM when ``stop`` is None)."""
+async def serve(config: BrokerConfig, stop: asyncio.Event | None = None,
+                on_listening: Callable[[int], None] | None = None) -> None:
+    """Run a broker until ``stop`` is set (or SIGINT/SIGTERM when ``stop`` is None).
+    ``on_listening(port)`` is called once the broker accepts connections."""
     started = time.monotonic()
     state = BrokerState.open(config)
     logs = state.logs
@@ -63,6 +66,8 @@ async def serve(config: BrokerConfig, stop: asyncio.Event | None = None) -> None
     if config.cleaner.enabled:
         background.append(loop.create_task(run_cleaner(state)))
     print(f"headrace broker listening on {config.host}:{state.port}", flush=True)
+    if on_listening is not None:
+        on_listening(state.port)
     log.info("started in %.2fs with %d topics from %s", time.monotonic() - started,
              len(logs.topics), config.data_dir)
     try:
@@ -114,9 +119,9 @@ async def _retention_loop(state: BrokerState) -> None:
                 log.exception("retention failed for %s", partition_log.directory)
 
 
-def run(config: BrokerConfig) -> None:
+def run(config: BrokerConfig, on_listening: Callable[[int], None] | None = None) -> None:
     """Run a broker in the foreground on uvloop until SIGINT/SIGTERM. Blocks."""
     import uvloop
 
     logging.basicConfig(level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    uvloop.run(serve(config))
+    uvloop.run(serve(config, on_listening=on_listening))

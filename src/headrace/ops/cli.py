@@ -8,6 +8,7 @@ traceback), 2 for a usage error. Client commands reach the broker only through K
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -17,7 +18,7 @@ import typer
 from rich.markup import escape
 
 from headrace.errors import HeadraceError
-from headrace.ops import capacity_cli, groups_cli, topics_cli, transactions_cli
+from headrace.ops import capacity_cli, groups_cli, registry_cli, topics_cli, transactions_cli
 from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS, show_client_logs
 from headrace.ops.console import BootstrapServers, plural, print_error, stderr, stdout
 from headrace.ops.consume import ConsumeOptions, consume
@@ -36,6 +37,8 @@ app = typer.Typer(
 app.add_typer(topics_cli.app)
 app.add_typer(groups_cli.app)
 app.add_typer(transactions_cli.app)
+app.add_typer(registry_cli.app)
+app.command("registry")(registry_cli.registry)
 app.command("capacity")(capacity_cli.capacity)
 
 
@@ -135,6 +138,10 @@ def broker(
         int, typer.Option(min=1, help="How often committed offsets are checked for expiry "
                           "(offsets.retention.check.interval.ms).")
     ] = 600_000,
+    schema_registry_port: Annotated[
+        int | None, typer.Option(min=0, max=65535, help="Also run a schema registry on this "
+                                 "HTTP port (its schemas in this broker's _schemas topic).")
+    ] = None,
 ) -> None:
     """Run a broker in the foreground until Ctrl-C (SIGINT) or SIGTERM."""
     from dataclasses import replace
@@ -172,10 +179,21 @@ def broker(
             session_timeout_ms=group_consumer_session_timeout_ms,
             heartbeat_interval_ms=group_consumer_heartbeat_interval_ms),
     )
+    children: list[subprocess.Popen[bytes]] = []
+
+    def start_registry(broker_port: int) -> None:
+        if schema_registry_port is not None:
+            children.append(registry_cli.spawn_registry(
+                f"{host}:{broker_port}", host, schema_registry_port))
+
     try:
-        run(broker_config)
+        run(broker_config, on_listening=start_registry)
     except OSError as e:
         raise OpsError(f"the broker could not start on {host}:{port}: {e}") from e
+    finally:
+        for child in children:
+            child.terminate()
+            child.wait(10)
 
 
 @app.command()

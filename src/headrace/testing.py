@@ -252,6 +252,52 @@ def format_kraft_storage(properties: Path, jvm_options: Sequence[str] = ()) -> N
         raise EmbeddedBrokerError(f"formatting Kafka's storage failed:\n{fmt.stdout}{fmt.stderr}")
 
 
+class SchemaRegistryProcess(_ServerProcess):
+    """A ``headrace registry`` subprocess against ``bootstrap_servers``, for tests.
+
+    ``with SchemaRegistryProcess(broker.bootstrap_servers) as r: ... r.url``. ``start()``
+    blocks until ``_schemas`` is replayed and HTTP is served; ``kill()`` is SIGKILL, and
+    ``start()`` again comes back on the same port. ``topic`` and ``group`` as the CLI's.
+    """
+
+    READY_MARKER = "headrace registry listening on "
+
+    def __init__(self, bootstrap_servers: str, topic: str = "_schemas",
+                 group: str = "headrace-schema-registry", host: str = "127.0.0.1",
+                 start_timeout: float = 60.0) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self.topic = topic
+        self.group = group
+        self.host = host
+        self.port = _free_port(host)
+        self.start_timeout = start_timeout
+        self.process: subprocess.Popen[str] | None = None
+        self.output: deque[str] = deque(maxlen=500)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> SchemaRegistryProcess:
+        """Start the process; wait until it serves. Blocks."""
+        if self.process is not None and self.process.poll() is None:
+            raise EmbeddedBrokerError("registry already running")
+        cmd = [sys.executable, "-m", "headrace", "registry", "--bootstrap-servers",
+               self.bootstrap_servers, "--host", self.host, "--port", str(self.port),
+               "--topic", self.topic, "--group", self.group]
+        self.process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        self._wait_ready(self.READY_MARKER, self.start_timeout, "registry")
+        return self
+
+    def __enter__(self) -> SchemaRegistryProcess:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+
 def _free_port(host: str) -> int:
     with socket.socket() as s:
         s.bind((host, 0))

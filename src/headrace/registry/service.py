@@ -159,7 +159,7 @@ class RegistryService:
                 found.append(f"version {old.version}: schema type changed from "
                              f"{parsed.schema_type} to {new.schema_type}")
                 continue
-            reasons: list[str] = []
+            reasons = [f"after version {old.version}: {r}" for r in new.evolution_errors(parsed)]
             if level.startswith(("BACKWARD", "FULL")):
                 reasons += [f"reading data of version {old.version}: {r}"
                             for r in new.compatibility_errors(parsed)]

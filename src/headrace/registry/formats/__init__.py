@@ -41,6 +41,11 @@ class ParsedSchema(Protocol):
         """Why data written with ``writer`` can't be read with this schema; [] if it can."""
         ...
 
+    def evolution_errors(self, previous: ParsedSchema) -> list[str]:
+        """Why this schema may not follow ``previous`` whichever way data flows (rules that
+        depend on which schema is older, e.g. reusing a number ``previous`` reserved)."""
+        ...
+
 
 def parse(schema_type: str, text: str,
           references: tuple[ResolvedReference, ...] = ()) -> ParsedSchema:

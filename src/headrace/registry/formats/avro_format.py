@@ -43,6 +43,9 @@ class AvroSchema:
     def render(self, fmt: str | None) -> str:
         return self.text
 
+    def evolution_errors(self, previous: object) -> list[str]:
+        return []
+
     def compatibility_errors(self, writer: object) -> list[str]:
         assert isinstance(writer, AvroSchema)
         checker: Any = ReaderWriterCompatibilityChecker  # avro's checker has no annotations

@@ -46,6 +46,9 @@ class JsonSchema:
     def render(self, fmt: str | None) -> str:
         return self.text
 
+    def evolution_errors(self, previous: object) -> list[str]:
+        return []
+
     def compatibility_errors(self, writer: object) -> list[str]:
         assert isinstance(writer, JsonSchema)
         judge = _Judge(self.resolver, writer.resolver)

@@ -17,8 +17,9 @@ fixed32/sfixed32; fixed64/sfixed64; length-delimited: string/bytes, and messages
 with the same type); singular/repeated may change only for length-delimited types; proto2
 ``required`` fields may be neither added nor removed; a field may not leave a oneof, join a
 oneof that existed, or join a new oneof together with other existing fields; a message may
-not disappear and the package may not change; and a field number reserved on one side may
-not be used on the other (reuse of a retired number is how readers misparse old data).
+not disappear and the package may not change. One rule depends on age, whichever way data
+flows (``evolution_errors``): a new version may not use a number the previous one reserved
+(reuse of a retired number is how readers misparse old data).
 """
 
 from __future__ import annotations
@@ -87,6 +88,20 @@ class ProtobufSchema:
     def compatibility_errors(self, writer: object) -> list[str]:
         assert isinstance(writer, ProtobufSchema)
         return _compare_files(self.file(), writer.file())
+
+    def evolution_errors(self, previous: object) -> list[str]:
+        """A field numbered as one ``previous`` reserved: the number was retired because
+        old data holds it with another meaning. (Reserving a removed number is fine.)"""
+        assert isinstance(previous, ProtobufSchema)
+        before = _messages(previous.file())
+        errors: list[str] = []
+        for name, message in _messages(self.file()).items():
+            old = before.get(name)
+            if old is None:
+                continue
+            errors += [f"{name}.{f.name} (#{f.number}): uses a field number the previous "
+                       f"version reserved" for f in message.field if _reserved(old, f.number)]
+        return errors
 
 
 def parse(text: str, references: tuple[ResolvedReference, ...]) -> ProtobufSchema:
@@ -253,8 +268,6 @@ def _compare_messages(name: str, reader: descriptor_pb2.DescriptorProto,
             continue
         if r_field.label == FieldProto.LABEL_REQUIRED:
             errors.append(f"{where}: required field added")
-        if _reserved(writer, number):
-            errors.append(f"{where}: uses field number {number}, reserved in the other schema")
     return errors
 
 

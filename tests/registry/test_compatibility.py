@@ -43,7 +43,7 @@ def proto(body: str, package: str = "p") -> str:
     return f'syntax = "proto3"; package {package}; {body}'
 
 
-S, I, N = {"type": "string"}, {"type": "integer"}, {"type": "number"}
+S, INT, N = {"type": "string"}, {"type": "integer"}, {"type": "number"}
 
 # (case id, type, old, new, backward ok, forward ok)
 CASES: list[tuple[str, str, str, str, bool, bool]] = [
@@ -75,17 +75,17 @@ CASES: list[tuple[str, str, str, str, bool, bool]] = [
                                                                   default=None)), True, False),
     # JSON Schema
     ("json-add-optional-property-closed-model", "JSON", obj({"a": S}, additional=False),
-     obj({"a": S, "b": I}, additional=False), True, False),
-    ("json-add-property-open-model", "JSON", obj({"a": S}), obj({"a": S, "b": I}),
+     obj({"a": S, "b": INT}, additional=False), True, False),
+    ("json-add-property-open-model", "JSON", obj({"a": S}), obj({"a": S, "b": INT}),
      False, True),
-    ("json-remove-property-open-model", "JSON", obj({"a": S, "b": I}), obj({"a": S}),
+    ("json-remove-property-open-model", "JSON", obj({"a": S, "b": INT}), obj({"a": S}),
      True, False),
-    ("json-remove-property-closed-model", "JSON", obj({"a": S, "b": I}, additional=False),
+    ("json-remove-property-closed-model", "JSON", obj({"a": S, "b": INT}, additional=False),
      obj({"a": S}, additional=False), False, True),
-    ("json-add-required", "JSON", obj({"a": S, "b": I}, additional=False),
-     obj({"a": S, "b": I}, required=["b"], additional=False), False, True),
-    ("json-integer-to-number", "JSON", obj({"a": I}), obj({"a": N}), True, False),
-    ("json-string-to-integer", "JSON", obj({"a": S}), obj({"a": I}), False, False),
+    ("json-add-required", "JSON", obj({"a": S, "b": INT}, additional=False),
+     obj({"a": S, "b": INT}, required=["b"], additional=False), False, True),
+    ("json-integer-to-number", "JSON", obj({"a": INT}), obj({"a": N}), True, False),
+    ("json-string-to-integer", "JSON", obj({"a": S}), obj({"a": INT}), False, False),
     ("json-enum-extended", "JSON", obj({"a": {"enum": ["x", "y"]}}),
      obj({"a": {"enum": ["x", "y", "z"]}}), True, False),
     ("json-maxlength-reduced", "JSON", obj({"a": {"type": "string", "maxLength": 10}}),

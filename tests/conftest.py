@@ -9,7 +9,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from headrace.spark.session import local_session
-from headrace.testing import ApacheKafka, EmbeddedBroker
+from headrace.testing import ApacheKafka, EmbeddedBroker, SchemaRegistryProcess
 
 AnyBroker = EmbeddedBroker | ApacheKafka
 
@@ -19,6 +19,13 @@ def broker() -> Iterator[EmbeddedBroker]:
     """A broker subprocess shared by the whole session (do not kill it; make your own)."""
     with EmbeddedBroker() as b:
         yield b
+
+
+@pytest.fixture(scope="session")
+def registry(broker: EmbeddedBroker) -> Iterator[SchemaRegistryProcess]:
+    """A schema registry process on the session's broker (use fresh subjects; don't kill it)."""
+    with SchemaRegistryProcess(broker.bootstrap_servers) as r:
+        yield r
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""A registry process against the session's broker, and Confluent's client for it."""
+"""Clients of the session's registry process (``registry``, in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,7 @@ import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from headrace.registry.client import RegistryClient
-from headrace.testing import EmbeddedBroker, SchemaRegistryProcess
-
-
-@pytest.fixture(scope="session")
-def registry(broker: EmbeddedBroker) -> Iterator[SchemaRegistryProcess]:
-    """One registry process for the session (tests use fresh subjects; don't kill it)."""
-    with SchemaRegistryProcess(broker.bootstrap_servers) as r:
-        yield r
+from headrace.testing import SchemaRegistryProcess
 
 
 @pytest.fixture

@@ -77,6 +77,9 @@ class EventSpec:
     schema_json: str
     event_time: str
     dead_letter_topic: str
+    schema_registry_url: str = ""
+    """Set: values are in a schema registry's wire format (Avro, JSON Schema or Protobuf),
+    decoded with the writer's schema from this registry; else values are JSON."""
 
     @property
     def schema(self) -> StructType:
@@ -97,7 +100,8 @@ class EventSpec:
         return out
 
 
-def event_spec(schema_text: str, event_time: str, dead_letter_topic: str) -> EventSpec:
+def event_spec(schema_text: str, event_time: str, dead_letter_topic: str,
+               schema_registry_url: str = "") -> EventSpec:
     """Validate the options on the driver. ``schema_text`` is DDL or StructType JSON."""
     try:
         schema = (StructType.fromJson(json.loads(schema_text)) if schema_text.lstrip()
@@ -126,10 +130,15 @@ def event_spec(schema_text: str, event_time: str, dead_letter_topic: str) -> Eve
                           "adds")
     if not dead_letter_topic:
         raise OptionError("a dead-letter topic is required: bad records must go somewhere")
-    return EventSpec(schema.json(), event_time, dead_letter_topic)
+    if schema_registry_url and not schema_registry_url.startswith(("http://", "https://")):
+        raise OptionError(f"option 'schemaRegistryUrl' must be an http(s) URL, not "
+                          f"{schema_registry_url!r}")
+    return EventSpec(schema.json(), event_time, dead_letter_topic, schema_registry_url)
 
 
 def _timestamp(value: Any) -> dt.datetime:
+    if isinstance(value, dt.datetime):  # Avro's timestamp logical types, Protobuf Timestamp
+        return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
     if isinstance(value, bool):
         raise Invalid("expected a timestamp, got a boolean")
     if isinstance(value, (int, float)):
@@ -187,7 +196,7 @@ def _converter(kind: DataType) -> Callable[[Any], Any]:
         return date
     if isinstance(kind, DecimalType):
         def decimal(value: Any) -> Any:
-            if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            if isinstance(value, bool) or not isinstance(value, (int, float, str, Decimal)):
                 raise Invalid(f"expected a decimal, got {type(value).__name__}")
             try:
                 return Decimal(str(value)).quantize(Decimal(1).scaleb(-kind.scale))
@@ -251,6 +260,11 @@ class EventParser:
         self.parse_row = _struct(schema)
         self.out_schema = to_arrow_schema(spec.output_schema(), timezone="UTC")
         self.event_time_field = spec.event_time
+        self.decode: Callable[[bytes], Any] = _json_document
+        if spec.schema_registry_url:
+            from headrace.spark.registry_values import RegistryValueDecoder
+
+            self.decode = RegistryValueDecoder(spec.schema_registry_url).decode
 
     def parse(self, raw: pa.RecordBatch
               ) -> tuple[pa.RecordBatch, list[tuple[bytes | None, bytes | None, list[Any]]]]:
@@ -263,11 +277,7 @@ class EventParser:
             try:
                 if value is None:
                     raise Invalid("the record has no value")
-                try:
-                    doc = json.loads(value)
-                except ValueError as e:
-                    raise Invalid(f"not JSON: {e}") from None
-                row = self.parse_row(doc)
+                row = self.parse_row(self.decode(value))
                 if row[self.event_time_field] is None:
                     raise Invalid(f"no event time in field {self.event_time_field!r}")
                 row["event_time"] = _timestamp(row[self.event_time_field])
@@ -295,6 +305,13 @@ class EventParser:
         return batch, dead
 
 
+def _json_document(value: bytes) -> Any:
+    try:
+        return json.loads(value)
+    except ValueError as e:
+        raise Invalid(f"not JSON: {e}") from None
+
+
 def dead_letter_batches(dead: list[tuple[bytes | None, bytes | None, list[Any]]]
                         ) -> Iterator[pa.RecordBatch]:
     """Dead letters in the sink's input shape (key, value, headers)."""
@@ -308,8 +325,12 @@ def dead_letter_batches(dead: list[tuple[bytes | None, bytes | None, list[Any]]]
 
 def read_events(spark: SparkSession, topic: str, schema: StructType | str, *,
                 event_time: str, dead_letter_topic: str, streaming: bool = True,
+                schema_registry_url: str = "",
                 options: Mapping[str, str] | None = None, **more: str) -> DataFrame:
-    """A (streaming, by default) DataFrame of typed events from JSON values of ``topic``.
+    """A (streaming, by default) DataFrame of typed events from JSON values of ``topic``,
+    or, with ``schema_registry_url``, from values in the registry's wire format (Avro, JSON
+    Schema, Protobuf; each decoded with its writer's schema and projected onto ``schema``;
+    unknown ids and undecodable payloads are dead letters).
 
     ``options`` (and keyword arguments) are the source's; ``kafka_bootstrap_servers=...``
     may be spelled with underscores for ``kafka.bootstrap.servers``, as any ``kafka.*``.
@@ -317,10 +338,12 @@ def read_events(spark: SparkSession, topic: str, schema: StructType | str, *,
     """
     # DDL is parsed here, on the driver: the data source's own process has no JVM.
     text = (schema if isinstance(schema, StructType) else _ddl(schema)).json()
-    event_spec(text, event_time, dead_letter_topic)  # fail here, not in the planner
+    event_spec(text, event_time, dead_letter_topic, schema_registry_url)  # fail here
     reader = spark.readStream if streaming else spark.read
     fmt = reader.format("headrace").option("subscribe", topic).option("valueSchema", text) \
         .option("eventTime", event_time).option("deadLetterTopic", dead_letter_topic)
+    if schema_registry_url:
+        fmt = fmt.option("schemaRegistryUrl", schema_registry_url)
     for name, value in {**(options or {}), **more}.items():
         key = name.replace("_", ".") if name.startswith("kafka_") else name
         fmt = fmt.option(key, value)

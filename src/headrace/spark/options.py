@@ -35,7 +35,7 @@ _SOURCE_KEYS = frozenset({
     "startingtimestamp", "startingoffsetsbytimestamp", "startingoffsetsbytimestampstrategy",
     "endingtimestamp", "maxoffsetspertrigger", "minpartitions", "failondataloss",
     "includeheaders", "isolation.level", "kafkaconsumer.polltimeoutms",
-    "valueschema", "eventtime", "deadlettertopic", "headrace.reader",
+    "valueschema", "eventtime", "deadlettertopic", "schemaregistryurl", "headrace.reader",
 })
 _SINK_KEYS = frozenset({"topic", "delivery"})
 
@@ -242,7 +242,11 @@ def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceO
         if len(event_keys) != 3:
             raise OptionError("options 'valueSchema', 'eventTime' and 'deadLetterTopic' go "
                               f"together; got only {event_keys}")
-        events = event_spec(opts["valueschema"], opts["eventtime"], opts["deadlettertopic"])
+        events = event_spec(opts["valueschema"], opts["eventtime"], opts["deadlettertopic"],
+                            opts.get("schemaregistryurl", ""))
+    elif "schemaregistryurl" in opts:
+        raise OptionError("option 'schemaRegistryUrl' decodes typed events: it needs "
+                          "'valueSchema', 'eventTime' and 'deadLetterTopic'")
     return SourceOptions(
         raw_fetch=_raw_fetch(opts, configs),
         bootstrap_servers=bootstrap,

@@ -1,0 +1,125 @@
+"""read_events with a schema registry: values written by Confluent's serializers (Avro in
+two schema versions, JSON Schema, Protobuf) are decoded with their writer's schema and
+projected onto the query's; foreign bytes, unknown ids and undecodable payloads are dead
+letters with the reason; a registry that can't be reached fails the query instead."""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib
+import json
+import struct
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.schema_registry.json_schema import JSONSerializer
+from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+from pyspark.sql import SparkSession
+
+from headrace.spark import read_events
+from headrace.testing import EmbeddedBroker, SchemaRegistryProcess
+from tests.spark.kafka_helpers import produce, read_all
+
+pytestmark = pytest.mark.spark
+
+QUERY = "card_id string not null, amount double not null, ts timestamp not null, city string"
+T0 = 1_700_000_000_000
+
+TXN_V1 = json.dumps({"type": "record", "name": "Txn", "fields": [
+    {"name": "card_id", "type": "string"}, {"name": "amount", "type": "double"},
+    {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "unused", "type": "int", "default": 0}]})
+TXN_V2 = json.dumps({"type": "record", "name": "Txn", "fields": [
+    {"name": "card_id", "type": "string"}, {"name": "amount", "type": "double"},
+    {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "unused", "type": "int", "default": 0},
+    {"name": "city", "type": ["null", "string"], "default": None}]})
+
+
+def _when(offset_ms: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp((T0 + offset_ms) / 1000, tz=dt.UTC)
+
+
+def _protobuf_module(tmp: Path, name: str) -> ModuleType:
+    (tmp / f"{name}.proto").write_text(f"""syntax = "proto3"; package {name};
+import "google/protobuf/timestamp.proto";
+message Txn {{ string card_id = 1; double amount = 2; google.protobuf.Timestamp ts = 3;
+               string city = 4; }}""")
+    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{tmp}", f"--python_out={tmp}",
+                    f"{name}.proto"], check=True)
+    sys.path.insert(0, str(tmp))
+    try:
+        return importlib.import_module(f"{name}_pb2")
+    finally:
+        sys.path.remove(str(tmp))
+
+
+def test_avro_json_and_protobuf_values_become_typed_rows(
+        spark: SparkSession, broker: EmbeddedBroker, registry: SchemaRegistryProcess,
+        topic_name: str, tmp_path: Path) -> None:
+    sr = SchemaRegistryClient({"url": registry.url})
+    ctx = SerializationContext(topic_name, MessageField.VALUE)
+    values: list[bytes] = [
+        AvroSerializer(sr, TXN_V1)({"card_id": "a1", "amount": 1.5, "ts": _when(0),
+                                    "unused": 9}, ctx),
+        AvroSerializer(sr, TXN_V2)({"card_id": "a2", "amount": 2.0, "ts": _when(1),
+                                    "city": "Oslo"}, ctx)]
+    json_ctx = SerializationContext(topic_name + "-json", MessageField.VALUE)
+    values.append(JSONSerializer(json.dumps({"type": "object"}), sr)(
+        {"card_id": "j1", "amount": 3, "ts": T0 + 2}, json_ctx))
+    module = _protobuf_module(tmp_path, "hr" + topic_name.replace("-", "")[-10:].lower())
+    message: Any = module.Txn(card_id="p1", amount=4.25, city="Rome")
+    message.ts.FromMilliseconds(T0 + 3)
+    proto_ctx = SerializationContext(topic_name + "-proto", MessageField.VALUE)
+    values.append(ProtobufSerializer(module.Txn, sr, {"use.deprecated.format": False})(
+        message, proto_ctx))
+    unknown_id = b"\x00" + struct.pack(">I", 2**31 - 5) + b"\x02"
+    bad = [(b"plain", b'{"card_id": "x"}', "wire format"),
+           (b"unknown", unknown_id, "unknown schema id"),
+           (b"torn", values[0][:7], "undecodable Avro")]
+    produce(broker.bootstrap_servers, topic_name,
+            [(f"k{i}".encode(), v) for i, v in enumerate(values)]
+            + [(k, v) for k, v, _ in bad])
+    dlq = topic_name + "-dlq"
+    rows = read_events(spark, topic_name, QUERY, event_time="ts", dead_letter_topic=dlq,
+                       streaming=False, schema_registry_url=registry.url,
+                       kafka_bootstrap_servers=broker.bootstrap_servers).collect()
+    assert sorted((r.card_id, r.amount, r.city, r.event_time.astimezone(dt.UTC))
+                  for r in rows) == [
+        ("a1", 1.5, None, _when(0)), ("a2", 2.0, "Oslo", _when(1)),
+        ("j1", 3.0, None, _when(2)), ("p1", 4.25, "Rome", _when(3))]
+    dead = {m.key(): m for m in read_all(broker.bootstrap_servers, dlq)}
+    assert set(dead) == {k for k, _, _ in bad}
+    for key, value, reason in bad:
+        assert dead[key].value() == value
+        assert reason in dict(dead[key].headers())["headrace.error"].decode()
+
+
+def test_an_unreachable_registry_fails_the_read_instead_of_dead_lettering(
+        spark: SparkSession, broker: EmbeddedBroker, registry: SchemaRegistryProcess,
+        topic_name: str) -> None:
+    sr = SchemaRegistryClient({"url": registry.url})
+    ctx = SerializationContext(topic_name, MessageField.VALUE)
+    value = AvroSerializer(sr, TXN_V1)({"card_id": "a1", "amount": 1.5, "ts": _when(0)}, ctx)
+    produce(broker.bootstrap_servers, topic_name, [(b"k", value)])
+    dlq = topic_name + "-dlq"
+    df = read_events(spark, topic_name, QUERY, event_time="ts", dead_letter_topic=dlq,
+                     streaming=False, schema_registry_url="http://127.0.0.1:9",
+                     kafka_bootstrap_servers=broker.bootstrap_servers)
+    with pytest.raises(Exception, match="unreachable"):
+        df.collect()
+    assert read_all(broker.bootstrap_servers, dlq) == []
+
+
+def test_bad_registry_url_option(spark: SparkSession, broker: EmbeddedBroker) -> None:
+    with pytest.raises(Exception, match="http"):
+        read_events(spark, "t", QUERY, event_time="ts", dead_letter_topic="d",
+                    schema_registry_url="localhost:8081",
+                    kafka_bootstrap_servers=broker.bootstrap_servers)

@@ -103,7 +103,8 @@ def run(bootstrap_servers: str, config: FraudConfig | None = None, *,
         producer_config: Mapping[str, Any] | None = None,
         progress_interval_s: float = 0.5,
         generator: FraudGenerator | None = None,
-        before_stream: Callable[[], None] | None = None) -> GroundTruth:
+        before_stream: Callable[[], None] | None = None,
+        encode_transaction: Callable[[bytes], bytes] | None = None) -> GroundTruth:
     """Publish one generated run and return its ground truth. Blocks until done or stopped.
 
     Creates the topics if missing (``ensure_topics``), publishes every profile, then the
@@ -121,7 +122,8 @@ def run(bootstrap_servers: str, config: FraudConfig | None = None, *,
     not given) lets a caller watch ``generator.truth()`` while it runs (best effort: the
     generator is not thread-safe). ``before_stream`` is called once the profiles are
     acknowledged, before the first transaction: a demo or test waits there for its pipeline
-    to load them. The truth is also written to
+    to load them. ``encode_transaction`` turns each transaction value into its wire form
+    (Avro through a registry: ``avro.TransactionEncoder.encode``). The truth is also written to
     ``truth_path`` if given. ``FraudRunError`` if a record is not acknowledged.
     """
     config = generator.config if generator is not None else config or FraudConfig()
@@ -154,8 +156,10 @@ def run(bootstrap_servers: str, config: FraudConfig | None = None, *,
         for event in generator.stream(start):
             if realtime:
                 _wait_until(producer, event.arrival_ms, stop)
-            sender.send(topics.transactions if event.kind != "profile" else topics.profiles,
-                        event)
+            if event.kind == "profile":
+                sender.send(topics.profiles, event)
+            else:
+                sender.send(topics.transactions, event, encode_transaction)
             if stop is not None and stop.is_set():
                 break
     sender.flush(errors)
@@ -175,10 +179,12 @@ class _Sender:
         self.sent = 0
         self.next_progress = t0 + interval
 
-    def send(self, topic: str, event: GeneratedEvent) -> None:
+    def send(self, topic: str, event: GeneratedEvent,
+             encode: Callable[[bytes], bytes] | None = None) -> None:
+        value = event.value if encode is None else encode(event.value)
         while True:
             try:
-                self.producer.produce(topic, event.value, event.key)
+                self.producer.produce(topic, value, event.key)
                 break
             except BufferError:
                 self.producer.poll(0.05)

@@ -33,7 +33,7 @@ from rich.console import Console
 from rich.live import Live
 
 from headrace.pipelines.errors import PipelineError
-from headrace.pipelines.fraud import realtime
+from headrace.pipelines.fraud import avro, realtime
 from headrace.pipelines.fraud.config import FraudConfig
 from headrace.pipelines.fraud.generator import FraudTopics, run
 from headrace.pipelines.fraud.live_view import LiveState, LiveSummary, percentile, view
@@ -68,6 +68,9 @@ class LiveSettings:
     """realtime engine: Real-Time Mode's checkpoint period."""
     incidents_per_min: float = 10.0
     """Injected incidents of each of the four patterns per minute of traffic."""
+    schema_registry_url: str | None = None
+    """Transactions go out as Avro through this registry. None: an embedded run starts a
+    registry beside its broker; a run on an external cluster without one sends JSON."""
 
 
 def realtime_unavailable() -> str | None:
@@ -179,24 +182,29 @@ def _read_up_to(query: Any, topic: str) -> int:
 
 def run_live(settings: LiveSettings, console: Console | None = None) -> LiveSummary:
     """Run the demo end to end. Blocks for about ``duration_s`` plus start-up and drain."""
-    from headrace.testing import EmbeddedBroker
+    from headrace.testing import EmbeddedBroker, SchemaRegistryProcess
 
     console = console or Console(stderr=True)
     if settings.engine == "realtime" and (why := realtime_unavailable()):
         console.print(f"[yellow]real-time path unavailable: {why} (run `make setup` with "
                       "Maven Central reachable); running the micro-batch pipeline[/]")
         settings = replace(settings, engine="microbatch")
-    broker = None
+    broker = registry = None
     bootstrap = settings.bootstrap_servers
-    if bootstrap is None:
-        broker = EmbeddedBroker().start()
-        bootstrap = broker.bootstrap_servers
-        console.print(f"embedded broker on {bootstrap}")
     try:
+        if bootstrap is None:
+            broker = EmbeddedBroker().start()
+            bootstrap = broker.bootstrap_servers
+            console.print(f"embedded broker on {bootstrap}")
+            if settings.schema_registry_url is None:
+                registry = SchemaRegistryProcess(bootstrap).start()
+                settings = replace(settings, schema_registry_url=registry.url)
+                console.print(f"schema registry on {registry.url}")
         return _run(settings, bootstrap, console)
     finally:
-        if broker is not None:
-            broker.stop()
+        for process in (registry, broker):
+            if process is not None:
+                process.stop()
 
 
 def _run(settings: LiveSettings, bootstrap: str, console: Console) -> LiveSummary:
@@ -234,10 +242,17 @@ def _run(settings: LiveSettings, bootstrap: str, console: Console) -> LiveSummar
         profiles_in.set()
         go.wait()
 
+    encoder = None
+    if settings.schema_registry_url:
+        encoder = avro.register(settings.schema_registry_url, topics.transactions)
+        console.print(f"transactions as Avro: schema id {encoder.schema_id} "
+                      f"(subject {topics.transactions}-value)")
+
     def generate() -> None:
         truth_box.append(run(bootstrap, generator=generator, topics=gen_topics,
                              before_stream=profiles_loaded, stop=stop,
-                             on_progress=lambda n, _t: setattr(state, "sent", n)))
+                             on_progress=lambda n, _t: setattr(state, "sent", n),
+                             encode_transaction=encoder.encode if encoder else None))
         state.stream_ended = time.monotonic()
 
     gen_thread = threading.Thread(target=generate, daemon=True)
@@ -260,10 +275,12 @@ def _run(settings: LiveSettings, bootstrap: str, console: Console) -> LiveSummar
         if rt:
             queries.append(realtime.start(spark, realtime.RealtimeConfig(
                 bootstrap, f"{checkpoint}/realtime", topics=topics,
-                checkpoint_interval=settings.checkpoint_interval)))
+                checkpoint_interval=settings.checkpoint_interval,
+                transaction_schema_id=encoder.schema_id if encoder else None)))
         if not rt or settings.check:
-            mb_query = start(spark, PipelineConfig(bootstrap, f"{checkpoint}/microbatch",
-                                                   topics=mb_topics, trigger_ms=0))
+            mb_query = start(spark, PipelineConfig(
+                bootstrap, f"{checkpoint}/microbatch", topics=mb_topics, trigger_ms=0,
+                schema_registry_url=settings.schema_registry_url or ""))
             queries.append(mb_query)
             wanted = _end_offset(bootstrap, topics.profiles)
             deadline = time.monotonic() + settings.drain_timeout_s

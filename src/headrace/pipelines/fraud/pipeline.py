@@ -54,6 +54,8 @@ class PipelineConfig:
     max_offsets_per_trigger: int | None = None
     available_now: bool = False
     thresholds: Thresholds = field(default_factory=Thresholds)
+    schema_registry_url: str = ""
+    """Set: transactions are in the registry's wire format (``avro.py``), else JSON."""
 
 
 def detections(spark: SparkSession, cfg: PipelineConfig) -> DataFrame:
@@ -64,7 +66,8 @@ def detections(spark: SparkSession, cfg: PipelineConfig) -> DataFrame:
     if cfg.max_offsets_per_trigger:
         txn_options["maxOffsetsPerTrigger"] = str(cfg.max_offsets_per_trigger)
     txns = read_events(spark, cfg.topics.transactions, TXN_SCHEMA, event_time="event_time",
-                       dead_letter_topic=cfg.topics.dead_letters, options=txn_options)
+                       dead_letter_topic=cfg.topics.dead_letters, options=txn_options,
+                       schema_registry_url=cfg.schema_registry_url)
     txns = txns.observe("parsed", F.count(F.lit(1)).alias("transactions"))
     profiles = read_events(spark, cfg.topics.profiles, PROFILE_SCHEMA, event_time="updated_at",
                            dead_letter_topic=cfg.topics.dead_letters, options=options)

@@ -30,6 +30,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
+from headrace.pipelines.fraud.avro import TRANSACTION_SCHEMA, header
 from headrace.pipelines.fraud.pipeline import PROFILE_SCHEMA, TXN_SCHEMA, PipelineTopics
 from headrace.pipelines.fraud.rules import WEIGHTS, Thresholds
 from headrace.realtime import (
@@ -58,6 +59,9 @@ class RealtimeConfig:
     Each boundary stalls the stream briefly, so longer is smoother; shorter replays less
     after a crash."""
     starting_offsets: str = "earliest"
+    transaction_schema_id: int | None = None
+    """Set: transactions are Avro in a registry's wire format with this schema id
+    (``avro.py``), decoded by Spark's ``from_avro``; records of other ids are dropped."""
     preload_profiles: bool = False
     """Load the profile topic as it stands into state before the first transaction
     (initial state; ``current_profiles``). Correct by construction but slow to start (about
@@ -89,11 +93,19 @@ def fraud_rules(th: Thresholds, profiles_topic: str = "user-profiles") -> RuleSe
     )
 
 
-def input_rows(raw: DataFrame, topics: PipelineTopics) -> DataFrame:
+def input_rows(raw: DataFrame, topics: PipelineTopics,
+               transaction_schema_id: int | None = None) -> DataFrame:
     """Kafka records (Spark's connector columns) of both topics -> one row per transaction
-    and one per (profile, card), the shape ``fraud_rules`` reads. Spark SQL only."""
+    and one per (profile, card), the shape ``fraud_rules`` reads. Spark SQL only (with
+    ``transaction_schema_id``, Spark's ``from_avro`` in the JVM)."""
     value = F.col("value").cast("string")
     txn = F.from_json(value, TXN_SCHEMA)
+    if transaction_schema_id is not None:
+        from pyspark.sql.avro.functions import from_avro
+
+        framed = F.substring(F.col("value"), 1, 5) == F.lit(header(transaction_schema_id))
+        txn = F.when(framed, from_avro(F.expr("substring(value, 6)"), TRANSACTION_SCHEMA,
+                                       {"mode": "PERMISSIVE"}))
     prof = F.from_json(value, PROFILE_SCHEMA)
     is_profile = F.col("topic") == F.lit(topics.profiles)
     complete = F.lit(True)
@@ -140,7 +152,7 @@ def alerts(spark: SparkSession, cfg: RealtimeConfig) -> DataFrame:
            .option("subscribe", f"{cfg.topics.transactions},{cfg.topics.profiles}")
            .option("startingOffsets", cfg.starting_offsets)
            .load())
-    out = apply_rules(input_rows(raw, cfg.topics),
+    out = apply_rules(input_rows(raw, cfg.topics, cfg.transaction_schema_id),
                       fraud_rules(cfg.thresholds, cfg.topics.profiles),
                       initial_profiles=current_profiles(spark, cfg) if cfg.preload_profiles
                       else None)

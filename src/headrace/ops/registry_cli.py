@@ -87,7 +87,8 @@ def list_subjects(
     client = RegistryClient(url)
     for subject in client.subjects(deleted):
         versions = client.versions(subject, deleted)
-        stdout.print(f"{escape(subject)}\t{','.join(str(v) for v in versions)}", soft_wrap=True)
+        stdout.print(f"{escape(subject)}  versions {','.join(str(v) for v in versions)}",
+                     soft_wrap=True)
 
 
 @app.command("get")

@@ -65,8 +65,11 @@ class TransactionEncoder:
 
 def register(registry_url: str, topic: str) -> TransactionEncoder:
     """Register ``TRANSACTION_SCHEMA`` for ``topic``'s values (idempotent). Blocks on HTTP."""
-    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+    from headrace.registry.client import RegistryClient
 
-    client = SchemaRegistryClient({"url": registry_url})
-    schema_id = client.register_schema(f"{topic}-value", Schema(TRANSACTION_SCHEMA, "AVRO"))
-    return TransactionEncoder(int(schema_id))
+    client = RegistryClient(registry_url)
+    try:
+        registered = client.register(f"{topic}-value", TRANSACTION_SCHEMA)
+    finally:
+        client.close()
+    return TransactionEncoder(int(registered["id"]))

@@ -83,7 +83,14 @@ class _NotFoundPath(RegistryError):
 
 
 async def _run(func: Callable[..., Any], *args: Any) -> Any:
+    """Operations that write (they wait for the broker) or parse a schema (Protobuf text
+    runs protoc) go to the thread pool; the event loop keeps serving meanwhile."""
     return await asyncio.get_running_loop().run_in_executor(None, func, *args)
+
+
+async def _now(func: Callable[..., Any], *args: Any) -> Any:
+    """Reads of the folded state: a dict lookup under a briefly held lock, served inline."""
+    return func(*args)
 
 
 def build_app(service: RegistryService) -> web.Application:
@@ -97,11 +104,11 @@ def build_app(service: RegistryService) -> web.Application:
         return _reply({})
 
     async def subjects(q: web.Request) -> web.Response:
-        return _reply(await _run(s.list_subjects, _flag(q, "deleted"),
+        return _reply(await _now(s.list_subjects, _flag(q, "deleted"),
                                  q.query.get("subjectPrefix", "")))
 
     async def versions(q: web.Request) -> web.Response:
-        return _reply(await _run(s.list_versions, q.match_info["subject"], _flag(q, "deleted")))
+        return _reply(await _now(s.list_versions, q.match_info["subject"], _flag(q, "deleted")))
 
     async def register(q: web.Request) -> web.Response:
         body = await _body(q)
@@ -118,7 +125,7 @@ def build_app(service: RegistryService) -> web.Application:
         return web.Response(text=found["schema"], content_type="application/json")
 
     async def referenced_by(q: web.Request) -> web.Response:
-        return _reply(await _run(s.referenced_by, q.match_info["subject"],
+        return _reply(await _now(s.referenced_by, q.match_info["subject"],
                                  q.match_info["version"]))
 
     async def lookup(q: web.Request) -> web.Response:
@@ -145,14 +152,14 @@ def build_app(service: RegistryService) -> web.Application:
 
     async def id_versions(q: web.Request) -> web.Response:
         schema_id = _int(q.match_info["id"], "schema id")
-        return _reply(await _run(s.id_versions, schema_id, _flag(q, "deleted")))
+        return _reply(await _now(s.id_versions, schema_id, _flag(q, "deleted")))
 
     async def id_subjects(q: web.Request) -> web.Response:
         schema_id = _int(q.match_info["id"], "schema id")
-        return _reply(await _run(s.id_subjects, schema_id, _flag(q, "deleted")))
+        return _reply(await _now(s.id_subjects, schema_id, _flag(q, "deleted")))
 
     async def schemas(q: web.Request) -> web.Response:
-        return _reply(await _run(s.list_schemas, q.query.get("subjectPrefix", ""),
+        return _reply(await _now(s.list_schemas, q.query.get("subjectPrefix", ""),
                                  _flag(q, "deleted"), _flag(q, "latestOnly")))
 
     async def types(_: web.Request) -> web.Response:
@@ -172,7 +179,7 @@ def build_app(service: RegistryService) -> web.Application:
         return q.match_info.get("subject")
 
     async def get_config(q: web.Request) -> web.Response:
-        return _reply(await _run(s.get_config, subject_of(q), _flag(q, "defaultToGlobal")))
+        return _reply(await _now(s.get_config, subject_of(q), _flag(q, "defaultToGlobal")))
 
     async def put_config(q: web.Request) -> web.Response:
         body = await _body(q)
@@ -182,7 +189,7 @@ def build_app(service: RegistryService) -> web.Application:
         return _reply(await _run(s.delete_config, subject_of(q)))
 
     async def get_mode(q: web.Request) -> web.Response:
-        return _reply(await _run(s.get_mode, subject_of(q), _flag(q, "defaultToGlobal")))
+        return _reply(await _now(s.get_mode, subject_of(q), _flag(q, "defaultToGlobal")))
 
     async def put_mode(q: web.Request) -> web.Response:
         body = await _body(q)

@@ -104,6 +104,8 @@ class State:
     configs: dict[str | None, str] = field(default_factory=dict)
     modes: dict[str | None, str] = field(default_factory=dict)
     id_high_water: int = 0
+    holders: dict[int, set[tuple[str, int]]] = field(default_factory=dict)
+    """Schema id -> the (subject, version)s carrying it (soft-deleted ones included)."""
     next_offset: int = 0
     skipped: int = 0
 
@@ -130,17 +132,16 @@ class State:
         if keytype == "SCHEMA":
             subject, version = str(k["subject"]), int(k["version"])
             if v is None:
-                versions = self.subjects.get(subject, {})
-                versions.pop(version, None)
-                if not versions:
-                    self.subjects.pop(subject, None)
+                self._forget(subject, version)
                 return
             refs = tuple(Reference(str(r["name"]), str(r["subject"]), int(r["version"]))
                          for r in v.get("references") or [])
             entry = SchemaVersion(subject, version, int(v["id"]), str(v["schema"]),
                                   str(v.get("schemaType") or "AVRO"), refs,
                                   bool(v.get("deleted", False)))
+            self._forget(subject, version)
             self.subjects.setdefault(subject, {})[version] = entry
+            self.holders.setdefault(entry.id, set()).add((subject, version))
             self.id_high_water = max(self.id_high_water, entry.id)
         elif keytype == "CONFIG":
             self._set(self.configs, k.get("subject"), v and v.get("compatibilityLevel"))
@@ -148,6 +149,17 @@ class State:
             self._set(self.modes, k.get("subject"), v and v.get("mode"))
         elif keytype == "ID_HIGH_WATER" and v is not None:
             self.id_high_water = max(self.id_high_water, int(v["id"]))
+
+    def _forget(self, subject: str, version: int) -> None:
+        versions = self.subjects.get(subject, {})
+        old = versions.pop(version, None)
+        if not versions:
+            self.subjects.pop(subject, None)
+        if old is not None:
+            holders = self.holders.get(old.id, set())
+            holders.discard((subject, version))
+            if not holders:
+                self.holders.pop(old.id, None)
 
     @staticmethod
     def _set(table: dict[str | None, str], subject: Any, value: Any) -> None:
@@ -165,8 +177,7 @@ class State:
 
     def by_id(self, schema_id: int) -> list[SchemaVersion]:
         """Every version (soft-deleted included) that carries ``schema_id``."""
-        return [v for versions in self.subjects.values() for v in versions.values()
-                if v.id == schema_id]
+        return [self.subjects[s][n] for s, n in sorted(self.holders.get(schema_id, ()))]
 
     def compatibility(self, subject: str | None) -> str:
         if subject is not None and subject in self.configs:

@@ -126,12 +126,15 @@ class SchemaStore:
         assert self._consumer is not None
         while not self._stopping.is_set():
             try:
-                messages = self._consumer.consume(500, timeout=0.1)
+                # poll waits for the first record; consume(..., 0) takes what else is there
+                # (consume with a timeout would wait for a full batch).
+                first = self._consumer.poll(0.1)
+                if first is None:
+                    continue
+                messages = [first, *self._consumer.consume(499, timeout=0)]
             except KafkaException as e:  # pragma: no cover - consumer closed under us
                 self._fail(f"reading {self.topic}: {e}")
                 return
-            if not messages:
-                continue
             with self._cond:
                 for m in messages:
                     err = m.error()

@@ -76,6 +76,7 @@ def compact(log: list[Record], drop_tombstones: bool) -> list[Record]:
 def test_a_compacted_log_folds_to_the_same_registry(log: list[Record], drop: bool) -> None:
     full, compacted = fold(log), fold(compact(log, drop))
     assert compacted.subjects == full.subjects
+    assert compacted.holders == full.holders
     assert compacted.configs == full.configs
     assert compacted.modes == full.modes
     assert compacted.id_high_water == full.id_high_water  # ids never go backwards

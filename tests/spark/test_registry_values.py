@@ -123,3 +123,43 @@ def test_bad_registry_url_option(spark: SparkSession, broker: EmbeddedBroker) ->
         read_events(spark, "t", QUERY, event_time="ts", dead_letter_topic="d",
                     schema_registry_url="localhost:8081",
                     kafka_bootstrap_servers=broker.bootstrap_servers)
+
+
+def test_sink_writes_struct_values_as_avro_through_the_registry(
+        spark: SparkSession, broker: EmbeddedBroker, registry: SchemaRegistryProcess,
+        topic_name: str) -> None:
+    """format("headrace") with schemaRegistryUrl: the struct value becomes Avro under
+    <topic>-value; Confluent's deserializer and read_events both read it back."""
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+
+    rows = [("a1", 1.5, T0, {"x": 1}), ("a2", 2.5, T0 + 1, None)]
+    df = spark.createDataFrame(rows, "card_id string, amount double, ts long, "
+                                     "tags map<string,int>")
+    out = df.selectExpr("card_id AS key", "struct(card_id, amount, timestamp_millis(ts) AS ts, "
+                                          "tags) AS value")
+    (out.write.format("headrace").option("kafka.bootstrap.servers", broker.bootstrap_servers)
+        .option("topic", topic_name).option("schemaRegistryUrl", registry.url)
+        .mode("append").save())
+    sr = SchemaRegistryClient({"url": registry.url})
+    registered = sr.get_latest_version(f"{topic_name}-value")
+    ctx = SerializationContext(topic_name, MessageField.VALUE)
+    decode = AvroDeserializer(sr)
+    got = sorted((decode(m.value(), ctx) for m in read_all(broker.bootstrap_servers, topic_name)),
+                 key=lambda r: r["card_id"])
+    assert [(r["card_id"], r["amount"], r["ts"], r["tags"]) for r in got] == [
+        ("a1", 1.5, _when(0), {"x": 1}), ("a2", 2.5, _when(1), None)]
+    back = read_events(spark, topic_name, QUERY, event_time="ts",
+                       dead_letter_topic=topic_name + "-dlq", streaming=False,
+                       schema_registry_url=registry.url,
+                       kafka_bootstrap_servers=broker.bootstrap_servers).collect()
+    assert sorted(r.card_id for r in back) == ["a1", "a2"]
+    # an incompatible value shape is refused when the write starts, nothing is written
+    clash = spark.createDataFrame([("a3",)], "card_id string").selectExpr(
+        "card_id AS key", "struct(1 AS card_id) AS value")
+    with pytest.raises(Exception, match="incompatible"):
+        (clash.write.format("headrace").option("kafka.bootstrap.servers",
+                                               broker.bootstrap_servers)
+            .option("topic", topic_name).option("schemaRegistryUrl", registry.url)
+            .mode("append").save())
+    assert len(read_all(broker.bootstrap_servers, topic_name)) == 2
+    assert sr.get_latest_version(f"{topic_name}-value").version == registered.version

@@ -37,7 +37,7 @@ _SOURCE_KEYS = frozenset({
     "includeheaders", "isolation.level", "kafkaconsumer.polltimeoutms",
     "valueschema", "eventtime", "deadlettertopic", "schemaregistryurl", "headrace.reader",
 })
-_SINK_KEYS = frozenset({"topic", "delivery"})
+_SINK_KEYS = frozenset({"topic", "delivery", "schemaregistryurl"})
 
 OffsetSpec = int | dict[str, dict[int, int]]
 """A start or end: ``EARLIEST``, ``LATEST`` or explicit offsets per topic and partition."""
@@ -88,6 +88,11 @@ class SinkOptions:
     topic: str | None
     exactly_once: bool
     client_configs: dict[str, str] = field(default_factory=dict)
+    schema_registry_url: str = ""
+    """Set: the struct ``value`` column is written as Avro through this registry."""
+    value_schema: str = ""
+    value_schema_id: int | None = None
+    """The registered Avro schema of the values (the driver fills both at query start)."""
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -290,5 +295,12 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     if delivery not in ("exactly-once", "at-least-once"):
         raise OptionError(f"option 'delivery' must be exactly-once or at-least-once, "
                           f"got {delivery!r}")
+    url = opts.get("schemaregistryurl", "")
+    if url and not url.startswith(("http://", "https://")):
+        raise OptionError(f"option 'schemaRegistryUrl' must be an http(s) URL, not {url!r}")
+    if url and not opts.get("topic"):
+        raise OptionError("option 'schemaRegistryUrl' needs the 'topic' option: the value "
+                          "schema is registered under <topic>-value")
     return SinkOptions(bootstrap_servers=bootstrap, topic=opts.get("topic") or None,
-                       exactly_once=delivery == "exactly-once", client_configs=configs)
+                       exactly_once=delivery == "exactly-once", client_configs=configs,
+                       schema_registry_url=url)

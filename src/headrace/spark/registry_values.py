@@ -1,4 +1,4 @@
-"""Values in a schema registry's wire format, decoded in the read task.
+"""Values in a schema registry's wire format: decoded in read tasks, encoded by the sink.
 
 Confluent's serializers write a magic byte 0, the schema id (4 bytes, big-endian), then the
 payload: Avro binary, JSON text, or (Protobuf) the message's index path followed by its
@@ -10,6 +10,12 @@ the query does not name are dropped, fields it names but the writer lacked are n
 A value that is not in the wire format, names an unknown schema id, or does not decode is
 ``Invalid`` (a dead letter); a registry that cannot be reached is not the record's fault,
 so it raises ``SparkConnectorError`` and the task fails (Spark retries it).
+
+The sink (option ``schemaRegistryUrl``) writes a struct ``value`` column as Avro: the
+driver derives the Avro schema from the struct (``avro_schema_of``, as Spark's
+``to_avro`` maps types), registers it under ``<topic>-value`` when the query starts (an
+incompatible change fails the start, with the registry's reasons), and tasks encode each
+row with that schema id (``AvroValueEncoder``).
 """
 
 from __future__ import annotations
@@ -22,8 +28,26 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    ByteType,
+    DataType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    MapType,
+    ShortType,
+    StringType,
+    StructType,
+    TimestampType,
+)
 
-from headrace.spark.errors import SparkConnectorError
+from headrace.spark.errors import OptionError, SparkConnectorError
 from headrace.spark.events import Invalid
 
 Decode = Callable[[bytes], Any]
@@ -234,4 +258,102 @@ def _value(f: Any, value: Any) -> Any:
     if f.enum_type is not None:
         named = f.enum_type.values_by_number.get(value)
         return named.name if named is not None else value
+    return value
+
+
+# -- the write side: struct values encoded as Avro under a registered schema ------------------
+
+
+def avro_schema_of(struct: StructType, name: str = "topLevelRecord",
+                   namespace: str = "headrace.spark") -> dict[str, Any]:
+    """The Avro record for a Spark struct, as Spark's ``to_avro`` maps types: nullable
+    fields become ``["null", T]`` with default null; timestamps ``timestamp-micros``,
+    dates ``date``, decimals ``decimal`` bytes; nested structs are records named after
+    their path. Raises ``OptionError`` for a type Avro can't carry (map keys not strings)."""
+    return _avro_record(struct, name, namespace)
+
+
+def _avro_record(struct: StructType, name: str, namespace: str) -> dict[str, Any]:
+    fields = []
+    for f in struct.fields:
+        kind = _avro_type(f.dataType, f"{name}_{f.name}", namespace)
+        if f.nullable:
+            fields.append({"name": f.name, "type": ["null", kind], "default": None})
+        else:
+            fields.append({"name": f.name, "type": kind})
+    return {"type": "record", "name": name, "namespace": namespace, "fields": fields}
+
+
+def _avro_type(kind: DataType, name: str, namespace: str) -> Any:
+    simple: dict[type, Any] = {
+        StringType: "string", BinaryType: "bytes", BooleanType: "boolean", LongType: "long",
+        IntegerType: "int", ShortType: "int", ByteType: "int", DoubleType: "double",
+        FloatType: "float", TimestampType: {"type": "long", "logicalType": "timestamp-micros"},
+        DateType: {"type": "int", "logicalType": "date"}}
+    if type(kind) in simple:
+        return simple[type(kind)]
+    if isinstance(kind, DecimalType):
+        return {"type": "bytes", "logicalType": "decimal", "precision": kind.precision,
+                "scale": kind.scale}
+    if isinstance(kind, ArrayType):
+        items = _avro_type(kind.elementType, name, namespace)
+        return {"type": "array", "items": ["null", items] if kind.containsNull else items}
+    if isinstance(kind, MapType):
+        if not isinstance(kind.keyType, StringType):
+            raise OptionError(f"Avro maps have string keys, not {kind.keyType.simpleString()}")
+        values = _avro_type(kind.valueType, name, namespace)
+        return {"type": "map",
+                "values": ["null", values] if kind.valueContainsNull else values}
+    if isinstance(kind, StructType):
+        return _avro_record(kind, name, namespace)
+    raise OptionError(f"a {kind.simpleString()} column can't be written as Avro")
+
+
+def register_schema(url: str, subject: str, schema: str) -> int:
+    """Register an Avro ``schema`` under ``subject`` (idempotent) and return its id. Driver
+    side, at query start: an incompatible schema (409) is an ``OptionError`` then, not a
+    failure in the middle of a stream."""
+    try:
+        answer = httpx.post(f"{url.rstrip('/')}/subjects/{subject}/versions",
+                            json={"schema": schema}, timeout=30)
+    except httpx.HTTPError as e:
+        raise SparkConnectorError(f"schema registry {url} unreachable: {e}") from e
+    if answer.status_code >= 400:
+        raise OptionError(f"schema registry refused the value schema for {subject!r}: "
+                          f"{answer.text[:500]}")
+    return int(answer.json()["id"])
+
+
+class AvroValueEncoder:
+    """Encodes a struct value (a dict from Arrow) as schema ``schema_id``'s wire format."""
+
+    def __init__(self, schema: str, schema_id: int) -> None:
+        import fastavro
+
+        self._write = fastavro.schemaless_writer
+        self._parsed = fastavro.parse_schema(json.loads(schema))
+        self._header = b"\x00" + schema_id.to_bytes(4, "big")
+        self._maps = _map_paths(json.loads(schema))
+
+    def encode(self, value: dict[str, Any] | None) -> bytes | None:
+        if value is None:
+            return None
+        out = io.BytesIO()
+        out.write(self._header)
+        self._write(out, self._parsed, _dict_maps(value) if self._maps else value)
+        return out.getvalue()
+
+
+def _map_paths(schema: Any) -> bool:
+    """Whether a schema holds maps (Arrow hands them over as lists of pairs)."""
+    return '"map"' in json.dumps(schema)
+
+
+def _dict_maps(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _dict_maps(v) for k, v in value.items()}
+    if isinstance(value, list):
+        if value and all(isinstance(v, tuple) and len(v) == 2 for v in value):
+            return {k: _dict_maps(v) for k, v in value}
+        return [_dict_maps(v) for v in value]
     return value

@@ -27,6 +27,9 @@ checkpoint replays on restart may be written a second time (never more, never lo
 Raise ``offsets.retention.minutes`` (``headrace broker --offsets-retention-minutes``)
 when longer stops are expected.
 
+With ``schemaRegistryUrl`` the ``value`` column is a struct written as Avro in the
+registry's wire format under the subject ``<topic>-value`` (``registry_values``).
+
 At-least-once (``delivery=at-least-once``) uses an idempotent producer and flushes before
 the task ends: no loss, but a re-run task writes its rows again.
 """
@@ -34,9 +37,10 @@ the task ends: no loss, but a re-run task writes its rows again.
 from __future__ import annotations
 
 import contextlib
+import json
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
@@ -53,6 +57,7 @@ from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
 from headrace.spark import metadata
 from headrace.spark.errors import OptionError, SinkError
 from headrace.spark.options import SinkOptions
+from headrace.spark.registry_values import AvroValueEncoder, avro_schema_of, register_schema
 
 MARKER_TOPIC = "_headrace-sink-commits"
 TXN_TIMEOUT_MS = 120_000
@@ -72,11 +77,22 @@ class SinkCommit(WriterCommitMessage):
     skipped: bool
 
 
-def check_schema(opts: SinkOptions, schema: StructType) -> None:
-    """Raise ``OptionError`` unless the DataFrame has what Spark's Kafka sink requires."""
+def check_schema(opts: SinkOptions, schema: StructType) -> SinkOptions:
+    """Raise ``OptionError`` unless the DataFrame has what Spark's Kafka sink requires.
+    With a registry, register the struct value's Avro schema and return the options with
+    its id (driver side, at query start)."""
     fields = {f.name: f.dataType for f in schema.fields}
     if "value" not in fields:
         raise OptionError("the DataFrame written needs a 'value' column (string or binary)")
+    if opts.schema_registry_url:
+        value = fields["value"]
+        if not isinstance(value, StructType):
+            raise OptionError("with 'schemaRegistryUrl' the 'value' column must be a struct "
+                              f"(written as Avro), not {value.simpleString()}")
+        avro = json.dumps(avro_schema_of(value))
+        schema_id = register_schema(opts.schema_registry_url, f"{opts.topic}-value", avro)
+        opts = replace(opts, value_schema=avro, value_schema_id=schema_id)
+        fields.pop("value")
     for name in ("key", "value", "topic"):
         if name in fields and not isinstance(fields[name], (StringType, BinaryType)):
             raise OptionError(f"column {name!r} must be string or binary, not "
@@ -87,6 +103,7 @@ def check_schema(opts: SinkOptions, schema: StructType) -> None:
         raise OptionError("name the topic: option 'topic' or a 'topic' column")
     if "partition" in fields and not isinstance(fields["partition"], IntegerType):
         raise OptionError("column 'partition' must be an int")
+    return opts
 
 
 def ensure_marker_topic(opts: SinkOptions) -> None:
@@ -105,12 +122,16 @@ def ensure_marker_topic(opts: SinkOptions) -> None:
 
 def _rows(opts: SinkOptions, batches: Iterator[pa.RecordBatch]
           ) -> Iterator[tuple[str, Any, Any, int | None, Any]]:
-    """(topic, key, value, partition, headers) per row; strings become UTF-8 bytes."""
+    """(topic, key, value, partition, headers) per row; strings become UTF-8 bytes, struct
+    values Avro (``opts.value_schema_id``)."""
+    encode = None
+    if opts.value_schema_id is not None:
+        encode = AvroValueEncoder(opts.value_schema, opts.value_schema_id).encode
     for batch in batches:
         names = batch.schema.names
         n = batch.num_rows
         cols = {name: batch.column(name).to_pylist() for name in names}
-        values = cols["value"]
+        values = cols["value"] if encode is None else [encode(v) for v in cols["value"]]
         keys = cols.get("key", [None] * n)
         topics = [opts.topic] * n if opts.topic else cols["topic"]
         parts = cols.get("partition", [None] * n)
@@ -231,7 +252,7 @@ class BatchWriter(DataSourceArrowWriter):
     """``df.write.format("headrace")``: one write id per job, so task retries are skipped."""
 
     def __init__(self, opts: SinkOptions, schema: StructType) -> None:
-        check_schema(opts, schema)
+        opts = check_schema(opts, schema)
         self.opts = opts
         self.write_id = uuid.uuid4().hex
         if opts.exactly_once:
@@ -249,7 +270,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
     restarts from the checkpoint, and the micro-batch id Spark passes to each task."""
 
     def __init__(self, opts: SinkOptions, schema: StructType) -> None:
-        check_schema(opts, schema)
+        opts = check_schema(opts, schema)
         self.opts = opts
         if opts.exactly_once:
             ensure_marker_topic(opts)

@@ -117,6 +117,13 @@ class RegistryService:
     def _parse_version(self, state: State, v: SchemaVersion) -> ParsedSchema:
         return self._parse(state, v.schema_type, v.schema, v.references)
 
+    def _served(self, state: State, v: SchemaVersion, fmt: str | None) -> str:
+        """The schema text as served: as registered, except for a ``format`` and for
+        Protobuf registered as a descriptor (served as ``.proto`` text)."""
+        if fmt or v.schema_type == "PROTOBUF":
+            return self._parse_version(state, v).render(fmt)
+        return v.schema
+
     def _same(self, state: State, v: SchemaVersion, request: SchemaRequest, key: str,
               normalize: bool) -> bool:
         if v.schema_type != request.schema_type or v.references != request.references:
@@ -185,8 +192,7 @@ class RegistryService:
         with self.store.reading() as state:
             found = self._version(state, subject, version, deleted)
             body = found.to_json()
-            if fmt:
-                body["schema"] = self._parse_version(state, found).render(fmt)
+            body["schema"] = self._served(state, found, fmt)
             return body
 
     def referenced_by(self, subject: str, version: str) -> list[int]:
@@ -342,9 +348,7 @@ class RegistryService:
             if not holders:
                 raise errors.SchemaNotFound(f"Schema {schema_id} not found")
             first = holders[0]
-            body: Body = {"schema": first.schema}
-            if fmt:
-                body["schema"] = self._parse_version(state, first).render(fmt)
+            body: Body = {"schema": self._served(state, first, fmt)}
             if first.schema_type != "AVRO":
                 body["schemaType"] = first.schema_type
             if first.references:

@@ -84,6 +84,7 @@ def test_protobuf_text_and_descriptor_forms_share_an_identity(kinds: list[str]) 
     descriptor = parse("PROTOBUF", text.render("serialized"))
     assert descriptor.canonical(False) == text.canonical(False)
     assert descriptor.compatibility_errors(text) == []
+    assert parse("PROTOBUF", descriptor.render(None)).canonical(False) == text.canonical(False)
 
 
 @pytest.mark.parametrize("schema_type, text", [
@@ -100,3 +101,35 @@ def test_protobuf_text_and_descriptor_forms_share_an_identity(kinds: list[str]) 
 def test_invalid_schemas(schema_type: str, text: str) -> None:
     with pytest.raises(InvalidSchema):
         parse(schema_type, text)
+
+
+RICH_PROTO = '''syntax = "proto3";
+package shop.v1;
+import "google/protobuf/timestamp.proto";
+option java_package = "com.shop.v1";
+enum Status { UNKNOWN = 0; PAID = 1; }
+message Order {
+  message Line { string sku = 1; int32 qty = 2; }
+  enum Channel { WEB = 0; STORE = 1; }
+  string id = 1;
+  repeated Line lines = 2;
+  map<string, int64> totals = 3;
+  oneof payer { string card = 4; string voucher = 5; }
+  optional string note = 6;
+  google.protobuf.Timestamp at = 7;
+  Status status = 8;
+  Channel channel = 9;
+  reserved 10 to 12, 15;
+  reserved "legacy";
+}
+'''
+
+
+def test_a_descriptor_registration_is_served_as_equivalent_proto_text() -> None:
+    text = parse("PROTOBUF", RICH_PROTO)
+    descriptor = parse("PROTOBUF", text.render("serialized"))
+    printed = descriptor.render(None)
+    assert "map<string, int64> totals = 3;" in printed and "oneof payer" in printed
+    again = parse("PROTOBUF", printed)
+    assert again.canonical(False) == text.canonical(False)
+    assert text.render(None) == RICH_PROTO  # text registrations are served as registered

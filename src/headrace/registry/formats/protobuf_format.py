@@ -8,7 +8,9 @@ compiled by ``protoc`` in a subprocess (its errors are captured whole); the refe
 in as a descriptor set, so a reference registered in either form can be imported.
 
 The identity key is the descriptor without its file name or JSON names, serialized
-deterministically: the text and base64 forms of one schema get one id.
+deterministically: the text and base64 forms of one schema get one id. A schema registered
+as a descriptor is served as ``.proto`` text printed from it (``to_text``), as Confluent's
+registry does.
 
 Compatibility (reader can parse what the writer wrote) follows the wire, by field number,
 as Confluent's rules do: fields may be added or removed; a number kept must keep a
@@ -64,6 +66,8 @@ class ProtobufSchema:
 
     text: str
     descriptor: bytes = field(compare=False)
+    from_descriptor: bool = False
+    """Registered as a base64 descriptor: served as ``.proto`` text, as Confluent does."""
     schema_type: str = "PROTOBUF"
 
     def file(self) -> FDP:
@@ -83,6 +87,8 @@ class ProtobufSchema:
     def render(self, fmt: str | None) -> str:
         if fmt == "serialized":
             return base64.b64encode(self.descriptor).decode()
+        if self.from_descriptor:
+            return to_text(self.file())
         return self.text
 
     def compatibility_errors(self, writer: object) -> list[str]:
@@ -108,7 +114,8 @@ def parse(text: str, references: tuple[ResolvedReference, ...]) -> ProtobufSchem
     deps = [(ref.name, _descriptor_of(ref.schema, ref.name, ())) for ref in
             dependencies_first(references)]
     proto = _descriptor_of(text, _MAIN, tuple(deps))
-    return ProtobufSchema(text=text, descriptor=proto.SerializeToString(deterministic=True))
+    return ProtobufSchema(text=text, descriptor=proto.SerializeToString(deterministic=True),
+                          from_descriptor=_from_base64(text) is not None)
 
 
 def _descriptor_of(text: str, name: str, deps: tuple[tuple[str, FDP], ...]) -> FDP:
@@ -293,3 +300,102 @@ def _type_name(f: FieldProto) -> str:
     if f.type in (FieldProto.TYPE_MESSAGE, FieldProto.TYPE_ENUM):
         return str(f.type_name)
     return str(FieldProto.Type.Name(f.type)).removeprefix("TYPE_").lower()
+
+
+# -- FileDescriptorProto -> .proto text (what a descriptor registration is served as) -------
+
+_SCALARS = {getattr(FieldProto, f"TYPE_{n.upper()}"): n for n in (
+    "double", "float", "int64", "uint64", "int32", "fixed64", "fixed32", "bool", "string",
+    "bytes", "uint32", "sfixed32", "sfixed64", "sint32", "sint64")}
+
+
+def to_text(proto: FDP) -> str:
+    """``.proto`` source for a descriptor: syntax, package, imports, messages (nested,
+    maps, oneofs, proto3 optional, reserved), enums, services; file options that name
+    packages. Comments and custom options are not in a descriptor and not printed."""
+    syntax = proto.syntax or "proto2"
+    lines = [f'syntax = "{syntax}";']
+    if proto.package:
+        lines.append(f"package {proto.package};")
+    for dep in proto.dependency:
+        lines.append(f'import "{dep}";')
+    for option in ("java_package", "java_outer_classname", "go_package", "csharp_namespace"):
+        if proto.options.HasField(option):
+            lines.append(f'option {option} = "{getattr(proto.options, option)}";')
+    if proto.options.HasField("java_multiple_files"):
+        lines.append(f"option java_multiple_files = "
+                     f"{str(proto.options.java_multiple_files).lower()};")
+    for enum in proto.enum_type:
+        lines += _enum_text(enum, "")
+    for message in proto.message_type:
+        lines += _message_text(message, "", syntax)
+    for service in proto.service:
+        lines.append(f"service {service.name} {{")
+        for method in service.method:
+            cin = "stream " if method.client_streaming else ""
+            cout = "stream " if method.server_streaming else ""
+            lines.append(f"  rpc {method.name}({cin}{method.input_type}) returns "
+                         f"({cout}{method.output_type});")
+        lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _enum_text(enum: descriptor_pb2.EnumDescriptorProto, indent: str) -> list[str]:
+    lines = [f"{indent}enum {enum.name} {{"]
+    lines += [f"{indent}  {v.name} = {v.number};" for v in enum.value]
+    lines.append(f"{indent}}}")
+    return lines
+
+
+def _field_type(f: FieldProto) -> str:
+    return _SCALARS.get(f.type) or str(f.type_name)
+
+
+def _message_text(message: descriptor_pb2.DescriptorProto, indent: str,
+                  syntax: str) -> list[str]:
+    lines = [f"{indent}message {message.name} {{"]
+    inner = indent + "  "
+    maps = {f".{n.name}": n for n in message.nested_type if n.options.map_entry}
+    entries = {n.name for n in message.nested_type if n.options.map_entry}
+    for nested in message.nested_type:
+        if nested.name not in entries:
+            lines += _message_text(nested, inner, syntax)
+    for enum in message.enum_type:
+        lines += _enum_text(enum, inner)
+    real_oneofs: dict[int, list[FieldProto]] = {}
+    for f in message.field:
+        if f.HasField("oneof_index") and not f.proto3_optional:
+            real_oneofs.setdefault(f.oneof_index, []).append(f)
+    printed: set[int] = set()
+    for f in message.field:
+        if f.HasField("oneof_index") and not f.proto3_optional:
+            if f.oneof_index in printed:
+                continue
+            printed.add(f.oneof_index)
+            lines.append(f"{inner}oneof {message.oneof_decl[f.oneof_index].name} {{")
+            lines += [f"{inner}  {_field_type(g)} {g.name} = {g.number};"
+                      for g in real_oneofs[f.oneof_index]]
+            lines.append(f"{inner}}}")
+            continue
+        entry = next((m for name, m in maps.items() if f.type_name.endswith(name)), None)
+        if entry is not None and f.label == FieldProto.LABEL_REPEATED:
+            key, value = entry.field[0], entry.field[1]
+            lines.append(f"{inner}map<{_field_type(key)}, {_field_type(value)}> {f.name} = "
+                         f"{f.number};")
+            continue
+        label = ""
+        if f.label == FieldProto.LABEL_REPEATED:
+            label = "repeated "
+        elif f.label == FieldProto.LABEL_REQUIRED:
+            label = "required "
+        elif f.proto3_optional or syntax == "proto2":
+            label = "optional "
+        lines.append(f"{inner}{label}{_field_type(f)} {f.name} = {f.number};")
+    for r in message.reserved_range:
+        span = str(r.start) if r.end == r.start + 1 else f"{r.start} to {r.end - 1}"
+        lines.append(f"{inner}reserved {span};")
+    if message.reserved_name:
+        names = ", ".join(f'"{n}"' for n in message.reserved_name)
+        lines.append(f"{inner}reserved {names};")
+    lines.append(f"{indent}}}")
+    return lines

@@ -3,12 +3,8 @@ registry and a real broker topic: what a Python team's existing producer code do
 
 from __future__ import annotations
 
-import importlib
 import json
-import subprocess
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -20,7 +16,7 @@ from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, Proto
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from headrace.testing import EmbeddedBroker
-from tests.registry.schemas import USER_V1, USER_V2
+from tests.registry.schemas import USER_V1, USER_V2, compile_proto
 
 
 def _round_trip(broker: EmbeddedBroker, topic: str, values: list[bytes]) -> list[bytes]:
@@ -75,25 +71,14 @@ def test_json_schema_round_trip_and_validation(broker: EmbeddedBroker,
         serialize({"id": 8, "amount": -1}, ctx)
 
 
-def _compile_proto(tmp: Path, name: str, text: str) -> ModuleType:
-    (tmp / f"{name}.proto").write_text(text)
-    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{tmp}", f"--python_out={tmp}",
-                    f"{name}.proto"], check=True, cwd=tmp)
-    sys.path.insert(0, str(tmp))
-    try:
-        return importlib.import_module(f"{name}_pb2")
-    finally:
-        sys.path.remove(str(tmp))
-
-
 def test_protobuf_with_an_import_registers_its_reference(
         broker: EmbeddedBroker, sr: SchemaRegistryClient, topic_name: str,
         tmp_path: Path) -> None:
     suffix = topic_name.replace("-", "_")[-8:]
     common = f"hr_common_{suffix}"
-    _compile_proto(tmp_path, common, f"""syntax = "proto3"; package hr{suffix};
+    compile_proto(tmp_path, common, f"""syntax = "proto3"; package hr{suffix};
 message Money {{ int64 units = 1; string currency = 2; }}""")
-    module = _compile_proto(tmp_path, f"hr_payment_{suffix}", f"""syntax = "proto3";
+    module = compile_proto(tmp_path, f"hr_payment_{suffix}", f"""syntax = "proto3";
 package hr{suffix};
 import "{common}.proto";
 import "google/protobuf/timestamp.proto";

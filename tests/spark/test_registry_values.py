@@ -6,11 +6,8 @@ letters with the reason; a registry that can't be reached fails the query instea
 from __future__ import annotations
 
 import datetime as dt
-import importlib
 import json
 import struct
-import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -25,6 +22,7 @@ from pyspark.sql import SparkSession
 
 from headrace.spark import read_events
 from headrace.testing import EmbeddedBroker, SchemaRegistryProcess
+from tests.registry.schemas import compile_proto
 from tests.spark.kafka_helpers import produce, read_all
 
 pytestmark = pytest.mark.spark
@@ -48,17 +46,10 @@ def _when(offset_ms: int) -> dt.datetime:
 
 
 def _protobuf_module(tmp: Path, name: str) -> ModuleType:
-    (tmp / f"{name}.proto").write_text(f"""syntax = "proto3"; package {name};
+    return compile_proto(tmp, name, f"""syntax = "proto3"; package {name};
 import "google/protobuf/timestamp.proto";
 message Txn {{ string card_id = 1; double amount = 2; google.protobuf.Timestamp ts = 3;
                string city = 4; }}""")
-    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{tmp}", f"--python_out={tmp}",
-                    f"{name}.proto"], check=True)
-    sys.path.insert(0, str(tmp))
-    try:
-        return importlib.import_module(f"{name}_pb2")
-    finally:
-        sys.path.remove(str(tmp))
 
 
 def test_avro_json_and_protobuf_values_become_typed_rows(

@@ -235,3 +235,44 @@ def test_wal_level_not_logical_is_refused(broker: EmbeddedBroker, name: str) -> 
         with pytest.raises(Exception, match="wal_level") as e:
             ConnectorProcess(pg.dsn, "public.t", broker.bootstrap_servers, name).start()
         assert "Traceback" not in str(e.value)
+
+
+def test_status_shows_the_slot_and_the_log(postgres: PostgresServer, broker: EmbeddedBroker,
+                                           name: str) -> None:
+    import subprocess
+    import sys
+
+    execute(postgres.dsn, f"CREATE SCHEMA {name}", f"CREATE TABLE {name}.t (id int PRIMARY KEY)",
+            f"INSERT INTO {name}.t VALUES (1)")
+    with ConnectorProcess(postgres.dsn, f"{name}.t", broker.bootstrap_servers, name):
+        execute(postgres.dsn, f"INSERT INTO {name}.t VALUES (2)")
+        _events(broker, f"{name}.{name}.t", 2)
+        done = subprocess.run([sys.executable, "-m", "headrace", "cdc", "status", "--dsn",
+                               postgres.dsn, "--slot", name, "--bootstrap-servers",
+                               broker.bootstrap_servers], capture_output=True, text=True,
+                              timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert f"slot {name}: confirmed " in done.stdout and "WAL retained" in done.stdout
+    assert '"snapshot_done": true' in done.stdout and "since the last write" in done.stdout
+    gone = subprocess.run([sys.executable, "-m", "headrace", "cdc", "status", "--dsn",
+                           postgres.dsn, "--slot", "nosuchslot", "--bootstrap-servers",
+                           broker.bootstrap_servers], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert gone.returncode == 1 and "none" in gone.stdout
+
+
+def test_a_lost_slot_is_a_loud_error_and_always_resnapshots(
+        postgres: PostgresServer, broker: EmbeddedBroker, name: str) -> None:
+    execute(postgres.dsn, f"CREATE SCHEMA {name}", f"CREATE TABLE {name}.t (id int PRIMARY KEY)",
+            f"INSERT INTO {name}.t VALUES (1)")
+    with ConnectorProcess(postgres.dsn, f"{name}.t", broker.bootstrap_servers, name):
+        _events(broker, f"{name}.{name}.t", 1)
+    execute(postgres.dsn, f"SELECT pg_drop_replication_slot('{name}')",
+            f"INSERT INTO {name}.t VALUES (2)")  # a change nobody captured
+    with pytest.raises(Exception, match="exited during start-up") as e:
+        ConnectorProcess(postgres.dsn, f"{name}.t", broker.bootstrap_servers, name).start()
+    assert "--snapshot always" in str(e.value) and "Traceback" not in str(e.value)
+    with ConnectorProcess(postgres.dsn, f"{name}.t", broker.bootstrap_servers, name,
+                          "--snapshot", "always"):
+        events = _events(broker, f"{name}.{name}.t", 3)
+    assert [(k["id"], v["op"]) for k, v in events] == [(1, "r"), (1, "r"), (2, "r")]

@@ -71,7 +71,9 @@ def _numeric(mode: str) -> Callable[[str], Any]:
         try:
             number = Decimal(text)
         except InvalidOperation:
-            return text  # NaN, Infinity
+            return text
+        if not number.is_finite():
+            return text  # NaN, Infinity: no unscaled form
         sign, digits, exponent = number.as_tuple()
         assert isinstance(exponent, int)
         unscaled = int("".join(map(str, digits)) or "0") * (-1 if sign else 1)

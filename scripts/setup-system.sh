@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# Installs the Debian packages headrace's tests use when they are missing, and checks Java.
+# Installs the Debian packages headrace's tests use when they are missing (kcat, postgresql),
+# and checks Java.
 set -euo pipefail
 
 missing=()
 command -v kcat >/dev/null 2>&1 || missing+=(kcat)
+# PostgreSQL's server binaries (initdb, pg_ctl): the CDC tests start throwaway clusters
+if ! command -v initdb >/dev/null 2>&1 && ! compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then
+    missing+=(postgresql)
+fi
 if ((${#missing[@]})); then
     echo "installing Debian packages: ${missing[*]} ..."
     SUDO=""

@@ -298,6 +298,76 @@ class SchemaRegistryProcess(_ServerProcess):
         self.stop()
 
 
+class PostgresServer:
+    """A throwaway PostgreSQL cluster in a temporary directory (``initdb``, ``pg_ctl``),
+    with ``wal_level=logical``, for tests and the demo.
+
+    ``with PostgresServer() as pg: ... pg.dsn``. Runs as the ``postgres`` user when this
+    process is root (PostgreSQL refuses root). Trust authentication on 127.0.0.1 only.
+    ``settings`` are extra ``-c name=value`` server settings. Raises ``EmbeddedBrokerError``
+    when PostgreSQL's binaries are missing or the server does not start.
+    """
+
+    def __init__(self, settings: dict[str, str] | None = None, host: str = "127.0.0.1") -> None:
+        self.settings = {"wal_level": "logical", "max_replication_slots": "16",
+                         "max_wal_senders": "16", "fsync": "off", **(settings or {})}
+        self.host = host
+        self.port = _free_port(host)
+        self.dir = Path(tempfile.mkdtemp(prefix="headrace-pg-"))
+        self.data = self.dir / "data"
+
+    @property
+    def dsn(self) -> str:
+        return f"host={self.host} port={self.port} user=postgres dbname=postgres"
+
+    def _as_owner(self) -> list[str]:
+        return ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+
+    def _bin(self, name: str) -> str:
+        found = shutil.which(name)
+        if found is None:
+            candidates = sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"))
+            if not candidates:
+                raise EmbeddedBrokerError(f"PostgreSQL's {name} not found (Debian package "
+                                          "postgresql; `make setup` installs it)")
+            found = str(candidates[-1])
+        return found
+
+    def start(self) -> PostgresServer:
+        """initdb (first start), then start the server and wait until it accepts. Blocks."""
+        if os.geteuid() == 0:
+            shutil.chown(self.dir, "postgres", "postgres")
+        if not self.data.exists():
+            subprocess.run([*self._as_owner(), self._bin("initdb"), "-D", str(self.data),
+                            "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"],
+                           check=True, capture_output=True)
+        options = " ".join(f"-c {k}={v}" for k, v in {
+            **self.settings, "listen_addresses": self.host, "port": str(self.port),
+            "unix_socket_directories": str(self.dir)}.items())
+        done = subprocess.run([*self._as_owner(), self._bin("pg_ctl"), "-D", str(self.data),
+                               "-o", options, "-l", str(self.dir / "server.log"), "-w",
+                               "start"], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            log = (self.dir / "server.log").read_text() if (self.dir / "server.log").exists() \
+                else ""
+            raise EmbeddedBrokerError(f"PostgreSQL did not start: {done.stderr}{log[-2000:]}")
+        return self
+
+    def stop(self) -> None:
+        """Fast shutdown. Idempotent."""
+        if (self.data / "postmaster.pid").exists():
+            subprocess.run([*self._as_owner(), self._bin("pg_ctl"), "-D", str(self.data),
+                            "-m", "fast", "-w", "stop"], capture_output=True, check=False)
+
+    def __enter__(self) -> PostgresServer:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
 def _free_port(host: str) -> int:
     with socket.socket() as s:
         s.bind((host, 0))

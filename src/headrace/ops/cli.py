@@ -18,7 +18,14 @@ import typer
 from rich.markup import escape
 
 from headrace.errors import HeadraceError
-from headrace.ops import capacity_cli, groups_cli, registry_cli, topics_cli, transactions_cli
+from headrace.ops import (
+    capacity_cli,
+    cdc_cli,
+    groups_cli,
+    registry_cli,
+    topics_cli,
+    transactions_cli,
+)
 from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS, show_client_logs
 from headrace.ops.console import BootstrapServers, plural, print_error, stderr, stdout
 from headrace.ops.consume import ConsumeOptions, consume
@@ -38,6 +45,7 @@ app.add_typer(topics_cli.app)
 app.add_typer(groups_cli.app)
 app.add_typer(transactions_cli.app)
 app.add_typer(registry_cli.app)
+app.add_typer(cdc_cli.app)
 app.command("registry")(registry_cli.registry)
 app.command("capacity")(capacity_cli.capacity)
 

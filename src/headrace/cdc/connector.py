@@ -1,0 +1,329 @@
+"""The PostgreSQL connector: a consistent snapshot, then the WAL stream, into the log.
+
+Order of a run (``Connector.run``):
+
+1. Check the server (wal_level, the REPLICATION attribute), the tables (present, keyed),
+   and make the publication hold exactly the captured tables.
+2. Become the one writer: a transactional producer (``headrace-cdc-<slot>``) whose
+   ``init_transactions`` fences any earlier connector process of the slot and aborts what
+   it left open. Read the connector's offsets (compacted topic, read_committed): the end
+   LSN of the last source transaction written, and whether the snapshot is complete.
+3. Snapshot (``initial``: when none completed; ``always``; ``never``: skip): create the
+   slot with ``EXPORT_SNAPSHOT``, read every table at that snapshot, and write all rows
+   (``op: "r"``) plus "snapshot done at LSN L" in **one** Kafka transaction; streaming
+   then starts at L, the slot's consistent point, so every row version is delivered once
+   across the boundary. A crash during the snapshot aborts that transaction and the next
+   run snapshots afresh on a new slot.
+4. Stream: each source transaction's changes and its end LSN go out in one Kafka
+   transaction (read_committed consumers see a database transaction atomically); only
+   after that commit is acknowledged does the connector confirm the LSN to PostgreSQL
+   (``send_feedback(flush_lsn)``), so WAL is released only once it is in the log. After a
+   crash PostgreSQL resends from the confirmed LSN; transactions that the offsets show as
+   written are skipped, so nothing is lost and nothing doubles for read_committed readers.
+5. Heartbeats: every ``heartbeat_s`` without traffic the connector emits a logical message
+   into the WAL and confirms its LSN when it comes back, so the slot advances (and WAL is
+   released) while the captured tables are idle and other tables churn.
+
+A slot that is gone while offsets exist, or is invalidated (``wal_status = lost``), means
+changes were lost: ``SlotLostError``, never a silent gap; ``--snapshot always`` is the way
+out. Whole source transactions are held in memory until their commit.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import select
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg2
+import psycopg2.extras
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from headrace.cdc import pgoutput, postgres
+from headrace.cdc.envelope import Source, Table, key_only, records, topic_of
+from headrace.cdc.errors import CdcConfigError, CdcError, SlotLostError
+
+log = logging.getLogger("headrace.cdc")
+SNAPSHOT_MODES = ("initial", "never", "always", "initial_only")
+READY_PREFIX = "headrace cdc streaming "
+Record = tuple[str, bytes, bytes | None]
+
+
+@dataclass(frozen=True)
+class CdcConfig:
+    dsn: str
+    tables: tuple[str, ...]
+    bootstrap_servers: str
+    topic_prefix: str = "headrace"
+    snapshot: str = "initial"
+    slot: str = "headrace"
+    publication: str = "headrace"
+    heartbeat_s: float = 10.0
+    decimal_mode: str = "precise"
+    offsets_topic: str = "__headrace_cdc_offsets"
+    client_config: dict[str, Any] = field(default_factory=dict)
+    timeout_s: float = 30.0
+
+
+@dataclass
+class Offsets:
+    end_lsn: int = 0
+    snapshot_done: bool = False
+    seen: bool = False
+
+
+class Connector:
+    """One capture of ``config.tables``. ``run`` blocks until ``stop`` is set."""
+
+    def __init__(self, config: CdcConfig) -> None:
+        if config.snapshot not in SNAPSHOT_MODES:
+            raise CdcConfigError(f"--snapshot must be one of {', '.join(SNAPSHOT_MODES)}")
+        self.cfg = config
+        self.kafka: dict[str, Any] = {"bootstrap.servers": config.bootstrap_servers,
+                                      **config.client_config}
+        self.tables: dict[int, Table] = {}
+        self.offsets = Offsets()
+        self.producer: Producer | None = None
+        self.db_name = ""
+
+    # -- Kafka side ----------------------------------------------------------------------
+
+    def _ensure_topics(self, tables: list[Table]) -> None:
+        admin = AdminClient(self.kafka)
+        wanted = [NewTopic(topic_of(self.cfg.topic_prefix, t), 1) for t in tables]
+        wanted.append(NewTopic(self.cfg.offsets_topic, 1, config={"cleanup.policy": "compact"}))
+        for topic, future in admin.create_topics(wanted).items():
+            try:
+                future.result(self.cfg.timeout_s)
+            except KafkaException as e:
+                if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise CdcError(f"cannot create {topic}: {e.args[0].str()}") from e
+
+    def _read_offsets(self) -> Offsets:
+        doc = self._last_offsets_record()
+        if doc is None:
+            return Offsets()
+        return Offsets(int(doc["end_lsn"]), bool(doc["snapshot_done"]), True)
+
+    def _last_offsets_record(self) -> dict[str, Any] | None:
+        """This slot's last committed offsets record (read_committed), or None."""
+        consumer = Consumer({**self.kafka, "group.id": f"headrace-cdc-reader-{time.time_ns()}",
+                             "isolation.level": "read_committed", "enable.auto.commit": False,
+                             "enable.partition.eof": True})
+        found: dict[str, Any] | None = None
+        try:
+            consumer.assign([TopicPartition(self.cfg.offsets_topic, 0, 0)])
+            deadline = time.monotonic() + self.cfg.timeout_s
+            while time.monotonic() < deadline:
+                msg = consumer.poll(1.0)
+                if msg is None:
+                    continue
+                err = msg.error()
+                if err is not None:
+                    if err.code() in (KafkaError._PARTITION_EOF, KafkaError.UNKNOWN_TOPIC_OR_PART):
+                        return found
+                    raise CdcError(f"reading {self.cfg.offsets_topic}: {err.str()}")
+                if msg.key() == self.cfg.slot.encode():
+                    value = msg.value()
+                    found = None if value is None else json.loads(value)
+            raise CdcError(f"timed out reading {self.cfg.offsets_topic}")
+        finally:
+            consumer.close()
+
+    def _offsets_record(self, end_lsn: int, snapshot_done: bool) -> Record:
+        value = json.dumps({"end_lsn": end_lsn, "lsn": pgoutput.lsn_text(end_lsn),
+                            "snapshot_done": snapshot_done, "ts_ms": int(time.time() * 1000)})
+        return self.cfg.offsets_topic, self.cfg.slot.encode(), value.encode()
+
+    def _write(self, batch: list[Record]) -> None:
+        """One Kafka transaction. Blocks until committed; raises ``CdcError``."""
+        assert self.producer is not None
+        errors: list[str] = []
+
+        def delivered(err: KafkaError | None, _msg: Any) -> None:
+            if err is not None:
+                errors.append(err.str())
+
+        try:
+            self.producer.begin_transaction()
+            for topic, key, value in batch:
+                while True:
+                    try:
+                        self.producer.produce(topic, value, key, on_delivery=delivered)
+                        break
+                    except BufferError:
+                        self.producer.poll(0.05)
+            self.producer.commit_transaction(self.cfg.timeout_s)
+        except KafkaException as e:
+            raise CdcError(f"writing to Kafka failed: {e.args[0].str()}") from e
+        if errors:
+            raise CdcError(f"writing to Kafka failed: {errors[0]}")
+
+    # -- the run ---------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event | None = None,
+            on_ready: Callable[[str], None] | None = None) -> None:
+        """Snapshot (as configured) and stream until ``stop``. Blocks."""
+        stop = stop or threading.Event()
+        db = postgres.connect(self.cfg.dsn)
+        try:
+            self.db_name = postgres.check_server(db)
+            tables = [postgres.table_info(db, q, self.cfg.decimal_mode) for q in self.cfg.tables]
+            postgres.ensure_publication(db, self.cfg.publication, tables)
+            self._ensure_topics(tables)
+            self.producer = Producer({**self.kafka, "transactional.id":
+                                      f"headrace-cdc-{self.cfg.slot}", "acks": "all",
+                                      "enable.idempotence": True, "linger.ms": 5})
+            self.producer.init_transactions(self.cfg.timeout_s)
+            self.offsets = self._read_offsets()
+            start = self._prepare_slot(db, tables)
+            if start is None:
+                return
+            self._stream(db, start, stop, on_ready)
+        finally:
+            db.close()
+
+    def _replication(self) -> Any:
+        try:
+            conn = psycopg2.connect(self.cfg.dsn,
+                                    connection_factory=psycopg2.extras.LogicalReplicationConnection)
+        except psycopg2.Error as e:
+            raise CdcConfigError(f"no replication connection: {str(e).strip()}") from e
+        return conn
+
+    def _prepare_slot(self, db: Any, tables: list[Table]) -> int | None:
+        """Create or check the slot, snapshot if needed; the LSN to stream from (None: done)."""
+        slot = postgres.slot_state(db, self.cfg.slot)
+        if slot.exists and slot.wal_status == "lost":
+            raise SlotLostError(f"replication slot {self.cfg.slot} was invalidated (its WAL "
+                                "was removed): changes are lost; re-snapshot with "
+                                "--snapshot always")
+        wants_snapshot = self.cfg.snapshot == "always" or (
+            self.cfg.snapshot in ("initial", "initial_only") and not self.offsets.snapshot_done)
+        if self.offsets.seen and not slot.exists and not wants_snapshot:
+            raise SlotLostError(f"replication slot {self.cfg.slot} is gone but the offsets say "
+                                f"the log holds changes up to "
+                                f"{pgoutput.lsn_text(self.offsets.end_lsn)}: changes after "
+                                "that are lost; re-snapshot with --snapshot always")
+        if not wants_snapshot:
+            if not slot.exists:
+                repl = self._replication()
+                with repl.cursor() as cur:
+                    cur.execute(f'CREATE_REPLICATION_SLOT "{self.cfg.slot}" LOGICAL pgoutput '
+                                "NOEXPORT_SNAPSHOT")
+                    consistent = pgoutput.parse_lsn(cur.fetchone()[1])
+                repl.close()
+                return max(consistent, self.offsets.end_lsn)
+            return self.offsets.end_lsn
+        if slot.exists:
+            postgres.drop_slot(db, self.cfg.slot)
+        repl = self._replication()
+        try:
+            with repl.cursor() as cur:
+                cur.execute(f'CREATE_REPLICATION_SLOT "{self.cfg.slot}" LOGICAL pgoutput '
+                            "EXPORT_SNAPSHOT")
+                _name, consistent_text, snapshot_name, _plugin = cur.fetchone()
+            consistent = pgoutput.parse_lsn(consistent_text)
+            self._snapshot(snapshot_name, tables, consistent)
+        finally:
+            repl.close()  # the exported snapshot lives until here
+        if self.cfg.snapshot == "initial_only":
+            return None
+        return consistent
+
+    def _snapshot(self, snapshot_name: str, tables: list[Table], lsn: int) -> None:
+        now = int(time.time() * 1000)
+        batch: list[Record] = []
+        rows = list(postgres.read_snapshot(self.cfg.dsn, snapshot_name, tables))
+        for i, (table, values) in enumerate(rows):
+            flag = "last" if i == len(rows) - 1 else "true"
+            source = Source(self.cfg.topic_prefix, self.db_name, lsn, None, now, flag)
+            for key, value in records(table, "r", None, table.row(values), source):
+                batch.append((topic_of(self.cfg.topic_prefix, table), key, value))
+        batch.append(self._offsets_record(lsn, True))
+        self._write(batch)
+        self.offsets = Offsets(lsn, True, True)
+        log.info("snapshot of %d rows written; streaming from %s", len(rows),
+                 pgoutput.lsn_text(lsn))
+
+    def _stream(self, db: Any, start_lsn: int, stop: threading.Event,
+                on_ready: Callable[[str], None] | None) -> None:
+        repl = self._replication()
+        cur = repl.cursor()
+        cur.start_replication(slot_name=self.cfg.slot, decode=False, start_lsn=start_lsn,
+                              options={"proto_version": "1",
+                                       "publication_names": self.cfg.publication,
+                                       "messages": "true"})
+        if on_ready is not None:
+            on_ready(pgoutput.lsn_text(start_lsn))
+        txn: list[Record] | None = None
+        xid, commit_ts = 0, 0
+        last_traffic = time.monotonic()
+        try:
+            while not stop.is_set():
+                msg = cur.read_message()
+                if msg is None:
+                    if time.monotonic() - last_traffic >= self.cfg.heartbeat_s:
+                        postgres.emit_heartbeat(db)
+                        last_traffic = time.monotonic()
+                    select.select([cur], [], [], 0.5)
+                    continue
+                last_traffic = time.monotonic()
+                event = pgoutput.decode(msg.payload)
+                if isinstance(event, pgoutput.Relation):
+                    self.tables[event.oid] = Table.from_relation(event, self.cfg.decimal_mode)
+                elif isinstance(event, pgoutput.Begin):
+                    txn, xid, commit_ts = [], event.xid, event.commit_ts_us // 1000
+                elif isinstance(event, pgoutput.Commit):
+                    if event.commit_lsn >= self.offsets.end_lsn and txn:
+                        txn.append(self._offsets_record(event.end_lsn, True))
+                        self._write(txn)
+                        self.offsets.end_lsn = event.end_lsn
+                    cur.send_feedback(flush_lsn=max(event.end_lsn, self.offsets.end_lsn))
+                    txn = None
+                elif isinstance(event, pgoutput.LogicalMessage):
+                    if not event.transactional and txn is None:
+                        cur.send_feedback(flush_lsn=event.lsn)
+                elif isinstance(event, pgoutput.Insert | pgoutput.Update | pgoutput.Delete):
+                    if txn is None:
+                        raise CdcError("a change outside a transaction")
+                    source = Source(self.cfg.topic_prefix, self.db_name, msg.data_start, xid,
+                                    commit_ts)
+                    txn.extend(self._change(event, source))
+        finally:
+            repl.close()
+
+    def _change(self, event: pgoutput.Insert | pgoutput.Update | pgoutput.Delete,
+                source: Source) -> list[Record]:
+        table = self.tables[event.relation_oid]
+        topic = topic_of(self.cfg.topic_prefix, table)
+        out: list[tuple[bytes, bytes | None]] = []
+        if isinstance(event, pgoutput.Insert):
+            out = records(table, "c", None, table.row(event.new), source)
+        elif isinstance(event, pgoutput.Update):
+            new = event.new
+            if event.old is not None and table.full_identity:
+                # FULL identity logs the whole old row: it fills unchanged TOAST values in
+                new = tuple(o if n is pgoutput.UNCHANGED_TOAST else n
+                            for n, o in zip(event.new, event.old, strict=True))
+            after = table.row(new)
+            before = None
+            if event.old is not None and table.full_identity:
+                before = table.row(event.old)
+            elif event.old is not None:  # the key changed: Debezium's delete + create
+                old = key_only(table, table.row(event.old))
+                out = records(table, "d", old, None, source)
+                out += records(table, "c", None, after, source)
+                return [(topic, k, v) for k, v in out]
+            out = records(table, "u", before, after, source)
+        else:
+            row = table.row(event.old)
+            before = row if table.full_identity else key_only(table, row)
+            out = records(table, "d", before, None, source)
+        return [(topic, k, v) for k, v in out]

@@ -1,0 +1,101 @@
+"""Debezium's change-event envelope, built from pgoutput rows (JSON, without schemas).
+
+Key: ``{"<pk column>": value, ...}``. Value: ``{"before", "after", "source", "op",
+"ts_ms", "transaction"}`` with ``op`` c (insert), u (update), d (delete), r (snapshot read).
+``before`` is the full old row only when the table has REPLICA IDENTITY FULL; else, for a
+delete, the key columns with the other columns null, and null for an update (as
+Debezium). An unchanged TOASTed column (not sent by PostgreSQL) is the placeholder
+``__debezium_unavailable_value``. A delete is followed by a tombstone (same key, null
+value) so compacted topics drop the key.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from headrace import __version__ as headrace_version
+from headrace.cdc.pgoutput import UNCHANGED_TOAST, Relation, Value, lsn_text
+from headrace.cdc.values import converter
+
+UNAVAILABLE = "__debezium_unavailable_value"
+
+
+@dataclass
+class Table:
+    """A captured table's shape (from a Relation message or the catalog at snapshot)."""
+
+    schema: str
+    name: str
+    columns: tuple[str, ...]
+    key: tuple[str, ...]
+    full_identity: bool
+    converters: tuple[Callable[[str], Any], ...] = field(repr=False)
+
+    @classmethod
+    def from_relation(cls, rel: Relation, decimal_mode: str) -> Table:
+        return cls(rel.namespace, rel.name, tuple(c.name for c in rel.columns),
+                   tuple(c.name for c in rel.columns if c.is_key), rel.replica_identity == "f",
+                   tuple(converter(c.type_oid, c.type_modifier, decimal_mode)
+                         for c in rel.columns))
+
+    def row(self, values: Sequence[Value]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, convert, value in zip(self.columns, self.converters, values, strict=True):
+            if value is None:
+                out[name] = None
+            elif value is UNCHANGED_TOAST:
+                out[name] = UNAVAILABLE
+            else:
+                assert isinstance(value, str)
+                out[name] = convert(value)
+        return out
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a change comes from (Debezium's ``source`` block)."""
+
+    name: str
+    db: str
+    lsn: int
+    tx_id: int | None
+    ts_ms: int
+    snapshot: str = "false"  # "true", "last", "false"
+
+    def block(self, table: Table) -> dict[str, Any]:
+        return {"version": headrace_version, "connector": "postgresql", "name": self.name,
+                "ts_ms": self.ts_ms, "snapshot": self.snapshot, "db": self.db,
+                "sequence": json.dumps([None, str(self.lsn)]), "schema": table.schema,
+                "table": table.name, "txId": self.tx_id, "lsn": self.lsn, "xmin": None}
+
+
+def topic_of(prefix: str, table: Table) -> str:
+    return f"{prefix}.{table.schema}.{table.name}"
+
+
+def records(table: Table, op: str, before: dict[str, Any] | None,
+            after: dict[str, Any] | None, source: Source
+            ) -> list[tuple[bytes, bytes | None]]:
+    """The Kafka records (key, value) of one change: one, or two for a delete."""
+    row = after if after is not None else before
+    assert row is not None
+    key = json.dumps({k: row.get(k) for k in table.key}, separators=(",", ":")).encode()
+    value = {"before": before, "after": after, "source": source.block(table), "op": op,
+             "ts_ms": int(time.time() * 1000), "transaction": None}
+    out: list[tuple[bytes, bytes | None]] = [
+        (key, json.dumps(value, separators=(",", ":")).encode())]
+    if op == "d":
+        out.append((key, None))
+    return out
+
+
+def key_only(table: Table, values: dict[str, Any]) -> dict[str, Any]:
+    """An old row of which only the key columns are known (default replica identity)."""
+    return {c: (values.get(c) if c in table.key else None) for c in table.columns}
+
+
+__all__ = ["UNAVAILABLE", "Source", "Table", "key_only", "lsn_text", "records", "topic_of"]

@@ -1,0 +1,23 @@
+"""Errors of the change-data-capture connector (``headrace.cdc``)."""
+
+from __future__ import annotations
+
+from headrace.errors import HeadraceError
+
+
+class CdcError(HeadraceError):
+    """Base class of the connector's errors."""
+
+
+class CdcConfigError(CdcError):
+    """The database or the options can't be captured as asked (missing table, wal_level not
+    logical, no replication privilege, a table without a primary key...)."""
+
+
+class SlotLostError(CdcError):
+    """The replication slot the connector's offsets point into is gone or invalidated: the
+    changes in between are lost. The way out is a new snapshot (``--snapshot always``)."""
+
+
+class DecodeError(CdcError):
+    """A pgoutput message that does not parse."""

@@ -1,0 +1,86 @@
+"""A connector process (``headrace cdc postgres``) and a reader of its topics, for tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections import deque
+from typing import Any
+
+import psycopg2
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from headrace.testing import _ServerProcess
+
+READY = "headrace cdc streaming "
+
+
+class ConnectorProcess(_ServerProcess):
+    """``headrace cdc postgres`` as a subprocess; ``kill()`` is SIGKILL."""
+
+    def __init__(self, dsn: str, tables: str, bootstrap: str, name: str,
+                 *extra: str) -> None:
+        self.args = ["--dsn", dsn, "--tables", tables, "--bootstrap-servers", bootstrap,
+                     "--topic-prefix", name, "--slot", name, "--publication", name,
+                     "--heartbeat-seconds", "0.5", *extra]
+        self.start_timeout = 60.0
+        self.process: subprocess.Popen[str] | None = None
+        self.output: deque[str] = deque(maxlen=500)
+
+    def start(self) -> ConnectorProcess:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "headrace", "cdc", "postgres", *self.args],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        self._wait_ready(READY, self.start_timeout, "connector")
+        return self
+
+    def __enter__(self) -> ConnectorProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def read_topic(bootstrap: str, topic: str) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
+    """Every (key, value) of a topic, read_committed, in offset order (one partition)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
+                         "isolation.level": "read_committed", "enable.partition.eof": True})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    out: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
+    try:
+        while True:
+            msg = consumer.poll(10)
+            assert msg is not None, f"no end of {topic}"
+            err = msg.error()
+            if err is not None:
+                assert err.code() == KafkaError._PARTITION_EOF, err
+                return out
+            value = msg.value()
+            out.append((json.loads(msg.key() or b"null"),
+                        None if value is None else json.loads(value)))
+    finally:
+        consumer.close()
+
+
+def execute(dsn: str, *statements: str, user: str | None = None) -> None:
+    conn = psycopg2.connect(dsn + (f" user={user}" if user else ""))
+    try:
+        with conn, conn.cursor() as cur:  # one transaction
+            for statement in statements:
+                cur.execute(statement)
+    finally:
+        conn.close()
+
+
+def query(dsn: str, statement: str) -> list[tuple[Any, ...]]:
+    conn = psycopg2.connect(dsn)
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute(statement)
+            return list(cur.fetchall())
+    finally:
+        conn.close()

@@ -80,6 +80,9 @@ class EventSpec:
     schema_registry_url: str = ""
     """Set: values are in a schema registry's wire format (Avro, JSON Schema or Protobuf),
     decoded with the writer's schema from this registry; else values are JSON."""
+    envelope: str = ""
+    """``debezium``: values are change events; rows are their ``after`` state, and
+    deletes and tombstones are skipped (the latest state of a key stays as it was)."""
 
     @property
     def schema(self) -> StructType:
@@ -101,7 +104,7 @@ class EventSpec:
 
 
 def event_spec(schema_text: str, event_time: str, dead_letter_topic: str,
-               schema_registry_url: str = "") -> EventSpec:
+               schema_registry_url: str = "", envelope: str = "") -> EventSpec:
     """Validate the options on the driver. ``schema_text`` is DDL or StructType JSON."""
     try:
         schema = (StructType.fromJson(json.loads(schema_text)) if schema_text.lstrip()
@@ -133,7 +136,11 @@ def event_spec(schema_text: str, event_time: str, dead_letter_topic: str,
     if schema_registry_url and not schema_registry_url.startswith(("http://", "https://")):
         raise OptionError(f"option 'schemaRegistryUrl' must be an http(s) URL, not "
                           f"{schema_registry_url!r}")
-    return EventSpec(schema.json(), event_time, dead_letter_topic, schema_registry_url)
+    if envelope not in ("", "debezium"):
+        raise OptionError(f"option 'valueEnvelope' must be debezium (or absent), not "
+                          f"{envelope!r}")
+    return EventSpec(schema.json(), event_time, dead_letter_topic, schema_registry_url,
+                     envelope)
 
 
 def _timestamp(value: Any) -> dt.datetime:
@@ -273,11 +280,21 @@ class EventParser:
         rows: list[dict[str, Any]] = []
         keep: list[int] = []
         dead: list[tuple[bytes | None, bytes | None, list[Any]]] = []
+        debezium = self.spec.envelope == "debezium"
         for i, value in enumerate(cols["value"]):
             try:
                 if value is None:
+                    if debezium:
+                        continue  # a tombstone after a delete
                     raise Invalid("the record has no value")
-                row = self.parse_row(self.decode(value))
+                doc = self.decode(value)
+                if debezium:
+                    if not isinstance(doc, dict) or "after" not in doc:
+                        raise Invalid("not a change event (no 'after')")
+                    doc = doc["after"]
+                    if doc is None:
+                        continue  # a delete
+                row = self.parse_row(doc)
                 if row[self.event_time_field] is None:
                     raise Invalid(f"no event time in field {self.event_time_field!r}")
                 row["event_time"] = _timestamp(row[self.event_time_field])
@@ -325,12 +342,13 @@ def dead_letter_batches(dead: list[tuple[bytes | None, bytes | None, list[Any]]]
 
 def read_events(spark: SparkSession, topic: str, schema: StructType | str, *,
                 event_time: str, dead_letter_topic: str, streaming: bool = True,
-                schema_registry_url: str = "",
+                schema_registry_url: str = "", envelope: str = "",
                 options: Mapping[str, str] | None = None, **more: str) -> DataFrame:
     """A (streaming, by default) DataFrame of typed events from JSON values of ``topic``,
     or, with ``schema_registry_url``, from values in the registry's wire format (Avro, JSON
     Schema, Protobuf; each decoded with its writer's schema and projected onto ``schema``;
-    unknown ids and undecodable payloads are dead letters).
+    unknown ids and undecodable payloads are dead letters). ``envelope="debezium"`` reads
+    change events (``headrace cdc``, Debezium): each row is an event's ``after``.
 
     ``options`` (and keyword arguments) are the source's; ``kafka_bootstrap_servers=...``
     may be spelled with underscores for ``kafka.bootstrap.servers``, as any ``kafka.*``.
@@ -338,12 +356,14 @@ def read_events(spark: SparkSession, topic: str, schema: StructType | str, *,
     """
     # DDL is parsed here, on the driver: the data source's own process has no JVM.
     text = (schema if isinstance(schema, StructType) else _ddl(schema)).json()
-    event_spec(text, event_time, dead_letter_topic, schema_registry_url)  # fail here
+    event_spec(text, event_time, dead_letter_topic, schema_registry_url, envelope)  # fail here
     reader = spark.readStream if streaming else spark.read
     fmt = reader.format("headrace").option("subscribe", topic).option("valueSchema", text) \
         .option("eventTime", event_time).option("deadLetterTopic", dead_letter_topic)
     if schema_registry_url:
         fmt = fmt.option("schemaRegistryUrl", schema_registry_url)
+    if envelope:
+        fmt = fmt.option("valueEnvelope", envelope)
     for name, value in {**(options or {}), **more}.items():
         key = name.replace("_", ".") if name.startswith("kafka_") else name
         fmt = fmt.option(key, value)

@@ -35,7 +35,8 @@ _SOURCE_KEYS = frozenset({
     "startingtimestamp", "startingoffsetsbytimestamp", "startingoffsetsbytimestampstrategy",
     "endingtimestamp", "maxoffsetspertrigger", "minpartitions", "failondataloss",
     "includeheaders", "isolation.level", "kafkaconsumer.polltimeoutms",
-    "valueschema", "eventtime", "deadlettertopic", "schemaregistryurl", "headrace.reader",
+    "valueschema", "eventtime", "deadlettertopic", "schemaregistryurl", "valueenvelope",
+    "headrace.reader",
 })
 _SINK_KEYS = frozenset({"topic", "delivery", "schemaregistryurl"})
 
@@ -248,10 +249,10 @@ def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceO
             raise OptionError("options 'valueSchema', 'eventTime' and 'deadLetterTopic' go "
                               f"together; got only {event_keys}")
         events = event_spec(opts["valueschema"], opts["eventtime"], opts["deadlettertopic"],
-                            opts.get("schemaregistryurl", ""))
-    elif "schemaregistryurl" in opts:
-        raise OptionError("option 'schemaRegistryUrl' decodes typed events: it needs "
-                          "'valueSchema', 'eventTime' and 'deadLetterTopic'")
+                            opts.get("schemaregistryurl", ""), opts.get("valueenvelope", ""))
+    elif "schemaregistryurl" in opts or "valueenvelope" in opts:
+        raise OptionError("options 'schemaRegistryUrl' and 'valueEnvelope' decode typed "
+                          "events: they need 'valueSchema', 'eventTime' and 'deadLetterTopic'")
     return SourceOptions(
         raw_fetch=_raw_fetch(opts, configs),
         bootstrap_servers=bootstrap,

@@ -104,7 +104,8 @@ def run(bootstrap_servers: str, config: FraudConfig | None = None, *,
         progress_interval_s: float = 0.5,
         generator: FraudGenerator | None = None,
         before_stream: Callable[[], None] | None = None,
-        encode_transaction: Callable[[bytes], bytes] | None = None) -> GroundTruth:
+        encode_transaction: Callable[[bytes], bytes] | None = None,
+        profile_sink: Callable[[list[GeneratedEvent]], None] | None = None) -> GroundTruth:
     """Publish one generated run and return its ground truth. Blocks until done or stopped.
 
     Creates the topics if missing (``ensure_topics``), publishes every profile, then the
@@ -123,7 +124,10 @@ def run(bootstrap_servers: str, config: FraudConfig | None = None, *,
     generator is not thread-safe). ``before_stream`` is called once the profiles are
     acknowledged, before the first transaction: a demo or test waits there for its pipeline
     to load them. ``encode_transaction`` turns each transaction value into its wire form
-    (Avro through a registry: ``avro.TransactionEncoder.encode``). The truth is also written to
+    (Avro through a registry: ``avro.TransactionEncoder.encode``). ``profile_sink`` takes
+    the profiles instead of the profile topic (all initial ones in one call, then each
+    update): ``profiles_db.ProfileTable.write`` keeps them in PostgreSQL, from where CDC
+    brings them into the log. The truth is also written to
     ``truth_path`` if given. ``FraudRunError`` if a record is not acknowledged.
     """
     config = generator.config if generator is not None else config or FraudConfig()
@@ -143,7 +147,11 @@ def run(bootstrap_servers: str, config: FraudConfig | None = None, *,
     t0 = time.monotonic()
     sender = _Sender(producer, t0, on_progress, progress_interval_s)
     start = _now_ms() if realtime else config.start_ms
-    for event in generator.profile_events(start):
+    initial = generator.profile_events(start)
+    if profile_sink is not None:
+        profile_sink(list(initial))
+        initial = iter(())
+    for event in initial:
         sender.send(topics.profiles, event)
         if stop is not None and stop.is_set():
             break
@@ -156,7 +164,9 @@ def run(bootstrap_servers: str, config: FraudConfig | None = None, *,
         for event in generator.stream(start):
             if realtime:
                 _wait_until(producer, event.arrival_ms, stop)
-            if event.kind == "profile":
+            if event.kind == "profile" and profile_sink is not None:
+                profile_sink([event])
+            elif event.kind == "profile":
                 sender.send(topics.profiles, event)
             else:
                 sender.send(topics.transactions, event, encode_transaction)

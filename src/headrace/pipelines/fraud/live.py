@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
 import tempfile
 import threading
 import time
@@ -33,7 +34,7 @@ from rich.console import Console
 from rich.live import Live
 
 from headrace.pipelines.errors import PipelineError
-from headrace.pipelines.fraud import avro, realtime
+from headrace.pipelines.fraud import avro, profiles_db, realtime
 from headrace.pipelines.fraud.config import FraudConfig
 from headrace.pipelines.fraud.generator import FraudTopics, run
 from headrace.pipelines.fraud.live_view import LiveState, LiveSummary, percentile, view
@@ -71,6 +72,10 @@ class LiveSettings:
     schema_registry_url: str | None = None
     """Transactions go out as Avro through this registry. None: an embedded run starts a
     registry beside its broker; a run on an external cluster without one sends JSON."""
+    postgres_dsn: str | None = None
+    """User profiles live in this PostgreSQL database's ``users`` table and reach the log
+    through CDC. None: an embedded run starts a throwaway PostgreSQL (falling back to the
+    generator's profile topic when it can't); an external run uses the profile topic."""
 
 
 def realtime_unavailable() -> str | None:
@@ -182,14 +187,21 @@ def _read_up_to(query: Any, topic: str) -> int:
 
 def run_live(settings: LiveSettings, console: Console | None = None) -> LiveSummary:
     """Run the demo end to end. Blocks for about ``duration_s`` plus start-up and drain."""
-    from headrace.testing import EmbeddedBroker, SchemaRegistryProcess
+    from headrace.testing import (
+        EmbeddedBroker,
+        EmbeddedBrokerError,
+        PostgresServer,
+        SchemaRegistryProcess,
+    )
 
     console = console or Console(stderr=True)
     if settings.engine == "realtime" and (why := realtime_unavailable()):
         console.print(f"[yellow]real-time path unavailable: {why} (run `make setup` with "
                       "Maven Central reachable); running the micro-batch pipeline[/]")
         settings = replace(settings, engine="microbatch")
-    broker = registry = None
+    broker: Any = None
+    registry: Any = None
+    database: Any = None
     bootstrap = settings.bootstrap_servers
     try:
         if bootstrap is None:
@@ -200,11 +212,54 @@ def run_live(settings: LiveSettings, console: Console | None = None) -> LiveSumm
                 registry = SchemaRegistryProcess(bootstrap).start()
                 settings = replace(settings, schema_registry_url=registry.url)
                 console.print(f"schema registry on {registry.url}")
+            if settings.postgres_dsn is None:
+                try:
+                    database = PostgresServer().start()
+                    settings = replace(settings, postgres_dsn=database.dsn)
+                    console.print(f"PostgreSQL on {database.host}:{database.port} (user "
+                                  "profiles, captured into the log by CDC)")
+                except (EmbeddedBrokerError, OSError, subprocess.SubprocessError) as e:
+                    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                    console.print(f"[yellow]PostgreSQL could not start ({first}); user "
+                                  "profiles come from the generator's topic instead[/]")
         return _run(settings, bootstrap, console)
     finally:
-        for process in (registry, broker):
+        for process in (registry, broker, database):
             if process is not None:
                 process.stop()
+
+
+class _ProfileCapture:
+    """The ``users`` table and a CDC connector (in a thread) streaming it into the log."""
+
+    def __init__(self, dsn: str, bootstrap: str) -> None:
+        from headrace.cdc.connector import CdcConfig, Connector
+
+        self.table = profiles_db.ProfileTable(dsn)
+        self.topic = f"fraud.{profiles_db.TABLE}"
+        self.stop = threading.Event()
+        ready = threading.Event()
+        failure: list[BaseException] = []
+        connector = Connector(CdcConfig(dsn, (profiles_db.TABLE,), bootstrap,
+                                        topic_prefix="fraud", slot="fraud_profiles",
+                                        publication="fraud_profiles", heartbeat_s=1.0))
+
+        def capture() -> None:
+            try:
+                connector.run(self.stop, on_ready=lambda _lsn: ready.set())
+            except Exception as e:  # reported to the demo's thread, which fails loudly
+                failure.append(e)
+                ready.set()
+
+        self.thread = threading.Thread(target=capture, name="cdc", daemon=True)
+        self.thread.start()
+        if not ready.wait(60) or failure:
+            raise PipelineError(f"the CDC connector did not start: {failure or 'timeout'}")
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(10)
+        self.table.close()
 
 
 def _run(settings: LiveSettings, bootstrap: str, console: Console) -> LiveSummary:
@@ -224,6 +279,13 @@ def _run(settings: LiveSettings, bootstrap: str, console: Console) -> LiveSummar
                          amount_anomalies=settings.incidents_per_min,
                          card_testing=settings.incidents_per_min)
     topics = settings.topics
+    capture = None
+    if settings.postgres_dsn:
+        capture = _ProfileCapture(settings.postgres_dsn, bootstrap)
+        topics = replace(topics, profiles=capture.topic)
+        console.print(f"user profiles: PostgreSQL table {profiles_db.TABLE} -> CDC -> "
+                      f"{capture.topic}")
+    envelope = "debezium" if capture else ""
     mb_topics = replace(topics, alerts=CHECK_ALERTS_TOPIC) if rt else topics
     # Real-Time Mode holds a task slot per source partition (4 + 1) and shuffle partition
     # (2) for the whole run; the micro-batch pipeline needs a few more.
@@ -239,6 +301,11 @@ def _run(settings: LiveSettings, bootstrap: str, console: Console) -> LiveSummar
     profiles_in, go = threading.Event(), threading.Event()
 
     def profiles_loaded() -> None:
+        if capture is not None:  # wait until CDC has brought them into the log
+            deadline = time.monotonic() + settings.drain_timeout_s
+            while (_end_offset(bootstrap, topics.profiles) < config.users
+                   and time.monotonic() < deadline):
+                time.sleep(0.2)
         profiles_in.set()
         go.wait()
 
@@ -252,7 +319,8 @@ def _run(settings: LiveSettings, bootstrap: str, console: Console) -> LiveSummar
         truth_box.append(run(bootstrap, generator=generator, topics=gen_topics,
                              before_stream=profiles_loaded, stop=stop,
                              on_progress=lambda n, _t: setattr(state, "sent", n),
-                             encode_transaction=encoder.encode if encoder else None))
+                             encode_transaction=encoder.encode if encoder else None,
+                             profile_sink=capture.table.write if capture else None))
         state.stream_ended = time.monotonic()
 
     gen_thread = threading.Thread(target=generate, daemon=True)
@@ -276,11 +344,13 @@ def _run(settings: LiveSettings, bootstrap: str, console: Console) -> LiveSummar
             queries.append(realtime.start(spark, realtime.RealtimeConfig(
                 bootstrap, f"{checkpoint}/realtime", topics=topics,
                 checkpoint_interval=settings.checkpoint_interval,
-                transaction_schema_id=encoder.schema_id if encoder else None)))
+                transaction_schema_id=encoder.schema_id if encoder else None,
+                profiles_envelope=envelope)))
         if not rt or settings.check:
             mb_query = start(spark, PipelineConfig(
                 bootstrap, f"{checkpoint}/microbatch", topics=mb_topics, trigger_ms=0,
-                schema_registry_url=settings.schema_registry_url or ""))
+                schema_registry_url=settings.schema_registry_url or "",
+                profiles_envelope=envelope))
             queries.append(mb_query)
             wanted = _end_offset(bootstrap, topics.profiles)
             deadline = time.monotonic() + settings.drain_timeout_s
@@ -292,6 +362,7 @@ def _run(settings: LiveSettings, bootstrap: str, console: Console) -> LiveSummar
         state.measure_from_ms = time.time() * 1000 + settings.steady_after_s * 1000
         state.phase = "running"
         state.stream_started = time.monotonic()
+        state.sent_before_stream = state.sent
         go.set()
         with Live(view(state, settings.engine, settings.rate), console=console,
                   refresh_per_second=2) as live:
@@ -314,6 +385,8 @@ def _run(settings: LiveSettings, bootstrap: str, console: Console) -> LiveSummar
         stop.set()
         go.set()
         watcher.join(5)
+        if capture is not None:
+            capture.close()
     truth = truth_box[0]
     agreement = None
     if rt and mb_query is not None:
@@ -332,7 +405,7 @@ def _run(settings: LiveSettings, bootstrap: str, console: Console) -> LiveSummar
         elapsed_s=time.monotonic() - state.started, repeats=state.repeats,
         agreement=agreement, latencies_ms=tuple(state.latencies_ms),
         stages_ms=tuple(state.stages_ms), transactions=truth.total_txns,
-        stream_s=state.stream_ended - state.stream_started)
+        stream_s=state.stream_ended - state.stream_started, profiles_topic=topics.profiles)
 
 
 def _wait_for_realtime_profiles(spark: Any, cards: int, timeout_s: float) -> None:

@@ -50,6 +50,7 @@ class LiveState:
     phase: str = "starting"
     stream_started: float = 0.0
     stream_ended: float = 0.0
+    sent_before_stream: int = 0
     measure_from_ms: float = 0.0
     lag_samples: list[tuple[float, int]] = field(default_factory=list)
 
@@ -80,6 +81,7 @@ class LiveSummary:
     transactions: int = 0
     stream_s: float = 0.0
     """Wall time the generator took for the transactions (the duration if it kept up)."""
+    profiles_topic: str = "user-profiles"
 
     def render(self) -> str:
         s = self.score
@@ -100,8 +102,8 @@ class LiveSummary:
         lines += [
             f"late (side output) {self.late}  expected {self.expected_late}; "
             f"dead letters {self.dead_letters}  expected {self.expected_dead_letters}",
-            "topics kept: transactions, user-profiles, fraud-alerts, transactions-late, "
-            "transactions-dlq (try: headrace consume fraud-alerts)",
+            f"topics kept: transactions, {self.profiles_topic}, fraud-alerts, "
+            "transactions-late, transactions-dlq (try: headrace consume fraud-alerts)",
         ]
         return "\n".join(lines)
 
@@ -128,12 +130,14 @@ def histogram(latencies: list[int]) -> Table:
 
 
 def view(state: LiveState, engine: str, rate: float) -> Group:
-    elapsed = max(time.monotonic() - state.started, 0.001)
+    streaming = ((state.stream_ended or time.monotonic()) - state.stream_started
+                 if state.stream_started else 0.0)
+    pace = (state.sent - state.sent_before_stream) / streaming if streaming > 0.5 else 0.0
     stats = Table(title=f"headrace fraud detection ({engine}) - {state.phase}",
                   show_header=False)
     score = state.truth.score(state.all_alerts) if state.truth else None
     rows = [
-        ("events in", f"{state.sent} ({state.sent / elapsed:.0f}/s, target {rate:g}/s)"),
+        ("events in", f"{state.sent} ({pace:.0f}/s while streaming, target {rate:g}/s)"),
         ("micro-batch path" if engine == "realtime" else "pipeline",
          f"{state.parsed} transactions parsed, {state.processed_per_s:.0f} rows/s "
          f"in the last batch, {state.batches} batches, lag {state.lag}"),

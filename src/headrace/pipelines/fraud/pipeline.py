@@ -56,6 +56,8 @@ class PipelineConfig:
     thresholds: Thresholds = field(default_factory=Thresholds)
     schema_registry_url: str = ""
     """Set: transactions are in the registry's wire format (``avro.py``), else JSON."""
+    profiles_envelope: str = ""
+    """``debezium``: profiles are change events of a PostgreSQL table (``headrace cdc``)."""
 
 
 def detections(spark: SparkSession, cfg: PipelineConfig) -> DataFrame:
@@ -70,7 +72,8 @@ def detections(spark: SparkSession, cfg: PipelineConfig) -> DataFrame:
                        schema_registry_url=cfg.schema_registry_url)
     txns = txns.observe("parsed", F.count(F.lit(1)).alias("transactions"))
     profiles = read_events(spark, cfg.topics.profiles, PROFILE_SCHEMA, event_time="updated_at",
-                           dead_letter_topic=cfg.topics.dead_letters, options=options)
+                           dead_letter_topic=cfg.topics.dead_letters, options=options,
+                           envelope=cfg.profiles_envelope)
     enriched = latest_join(
         txns.select("user_id", "txn_id", "card_id", "amount", "lat", "lon", "city",
                     "event_time"),

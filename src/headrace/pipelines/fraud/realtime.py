@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
@@ -59,6 +59,9 @@ class RealtimeConfig:
     Each boundary stalls the stream briefly, so longer is smoother; shorter replays less
     after a crash."""
     starting_offsets: str = "earliest"
+    profiles_envelope: str = ""
+    """``debezium``: profiles are change events of a PostgreSQL table (``headrace cdc``):
+    their ``after`` state is the profile; deletes are ignored."""
     transaction_schema_id: int | None = None
     """Set: transactions are Avro in a registry's wire format with this schema id
     (``avro.py``), decoded by Spark's ``from_avro``; records of other ids are dropped."""
@@ -93,8 +96,16 @@ def fraud_rules(th: Thresholds, profiles_topic: str = "user-profiles") -> RuleSe
     )
 
 
+def _profile(value: Column, envelope: str) -> Column:
+    """A profile struct from a record value: plain JSON, or a change event's ``after``."""
+    if envelope == "debezium":
+        return F.from_json(value, f"after struct<{PROFILE_SCHEMA}>")["after"]
+    return F.from_json(value, PROFILE_SCHEMA)
+
+
 def input_rows(raw: DataFrame, topics: PipelineTopics,
-               transaction_schema_id: int | None = None) -> DataFrame:
+               transaction_schema_id: int | None = None, profiles_envelope: str = ""
+               ) -> DataFrame:
     """Kafka records (Spark's connector columns) of both topics -> one row per transaction
     and one per (profile, card), the shape ``fraud_rules`` reads. Spark SQL only (with
     ``transaction_schema_id``, Spark's ``from_avro`` in the JVM)."""
@@ -106,7 +117,7 @@ def input_rows(raw: DataFrame, topics: PipelineTopics,
         framed = F.substring(F.col("value"), 1, 5) == F.lit(header(transaction_schema_id))
         txn = F.when(framed, from_avro(F.expr("substring(value, 6)"), TRANSACTION_SCHEMA,
                                        {"mode": "PERMISSIVE"}))
-    prof = F.from_json(value, PROFILE_SCHEMA)
+    prof = _profile(value, profiles_envelope)
     is_profile = F.col("topic") == F.lit(topics.profiles)
     complete = F.lit(True)
     for name in REQUIRED:
@@ -131,7 +142,7 @@ def current_profiles(spark: SparkSession, cfg: RealtimeConfig) -> DataFrame:
            .option("subscribe", cfg.topics.profiles)
            .option("startingOffsets", "earliest").option("endingOffsets", "latest")
            .load())
-    prof = raw.select(F.from_json(F.col("value").cast("string"), PROFILE_SCHEMA).alias("p"))
+    prof = raw.select(_profile(F.col("value").cast("string"), cfg.profiles_envelope).alias("p"))
     latest = (prof.where(F.col("p.user_id").isNotNull() & F.col("p.updated_at").isNotNull())
               .groupBy(F.col("p.user_id"))
               .agg(F.max_by(F.col("p"), F.col("p.updated_at")).alias("p")))
@@ -152,7 +163,8 @@ def alerts(spark: SparkSession, cfg: RealtimeConfig) -> DataFrame:
            .option("subscribe", f"{cfg.topics.transactions},{cfg.topics.profiles}")
            .option("startingOffsets", cfg.starting_offsets)
            .load())
-    out = apply_rules(input_rows(raw, cfg.topics, cfg.transaction_schema_id),
+    out = apply_rules(input_rows(raw, cfg.topics, cfg.transaction_schema_id,
+                                 cfg.profiles_envelope),
                       fraud_rules(cfg.thresholds, cfg.topics.profiles),
                       initial_profiles=current_profiles(spark, cfg) if cfg.preload_profiles
                       else None)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from headrace import __version__ as headrace_version
-from headrace.cdc.pgoutput import UNCHANGED_TOAST, Relation, Value, lsn_text
+from headrace.cdc.pgoutput import UNCHANGED_TOAST, Relation, Value
 from headrace.cdc.values import converter
 
 UNAVAILABLE = "__debezium_unavailable_value"
@@ -97,5 +97,3 @@ def key_only(table: Table, values: dict[str, Any]) -> dict[str, Any]:
     """An old row of which only the key columns are known (default replica identity)."""
     return {c: (values.get(c) if c in table.key else None) for c in table.columns}
 
-
-__all__ = ["UNAVAILABLE", "Source", "Table", "key_only", "lsn_text", "records", "topic_of"]

@@ -25,7 +25,6 @@ CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 MAX_BODY_BYTES = 4 * 1024 * 1024
 log = logging.getLogger("headrace.registry")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-_SERVICE = web.AppKey("service", RegistryService)
 
 
 def _reply(body: Any, status: int = 200) -> web.Response:
@@ -96,7 +95,6 @@ async def _now(func: Callable[..., Any], *args: Any) -> Any:
 def build_app(service: RegistryService) -> web.Application:
     """The aiohttp application serving ``service``."""
     app = web.Application(middlewares=[_errors], client_max_size=MAX_BODY_BYTES)
-    app[_SERVICE] = service
     s = service
     r = app.router
 

@@ -333,7 +333,7 @@ class AvroValueEncoder:
         self._write = fastavro.schemaless_writer
         self._parsed = fastavro.parse_schema(json.loads(schema))
         self._header = b"\x00" + schema_id.to_bytes(4, "big")
-        self._maps = _map_paths(json.loads(schema))
+        self._maps = _has_maps(json.loads(schema))
 
     def encode(self, value: dict[str, Any] | None) -> bytes | None:
         if value is None:
@@ -344,7 +344,7 @@ class AvroValueEncoder:
         return out.getvalue()
 
 
-def _map_paths(schema: Any) -> bool:
+def _has_maps(schema: Any) -> bool:
     """Whether a schema holds maps (Arrow hands them over as lists of pairs)."""
     return '"map"' in json.dumps(schema)
 

@@ -253,7 +253,8 @@ def test_status_shows_the_slot_and_the_log(postgres: PostgresServer, broker: Emb
                               timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert f"slot {name}: confirmed " in done.stdout and "WAL retained" in done.stdout
-    assert '"snapshot_done": true' in done.stdout and "since the last write" in done.stdout
+    assert "snapshot done" in done.stdout and "since the last write" in done.stdout
+    assert f"{name}.{name}.t: 2 change events" in done.stdout
     gone = subprocess.run([sys.executable, "-m", "headrace", "cdc", "status", "--dsn",
                            postgres.dsn, "--slot", "nosuchslot", "--bootstrap-servers",
                            broker.bootstrap_servers], capture_output=True, text=True,
@@ -276,3 +277,44 @@ def test_a_lost_slot_is_a_loud_error_and_always_resnapshots(
                           "--snapshot", "always"):
         events = _events(broker, f"{name}.{name}.t", 3)
     assert [(k["id"], v["op"]) for k, v in events] == [(1, "r"), (1, "r"), (2, "r")]
+
+
+@pytest.mark.slow
+def test_kill_9_of_the_broker_loses_and_doubles_nothing(postgres: PostgresServer,
+                                                        name: str) -> None:
+    """The broker dies under the connector five times; the connector either rides it out
+    (the client retries) or fails its write and is restarted, as a supervisor would."""
+    table = f"{name}.items"
+    execute(postgres.dsn, f"CREATE SCHEMA {name}",
+            f"CREATE TABLE {table} (id int PRIMARY KEY, v int NOT NULL)",
+            f"INSERT INTO {table} SELECT g, 1 FROM generate_series(0, 49) g")
+    with EmbeddedBroker() as broker:
+        connector = ConnectorProcess(postgres.dsn, table, broker.bootstrap_servers, name).start()
+        writer = Writer(postgres.dsn, table, 3)
+        writer.start()
+        restarts = 0
+        try:
+            for _ in range(5):
+                time.sleep(1.0)
+                broker.kill()
+                time.sleep(0.5)
+                broker.start()
+                time.sleep(1.0)
+                if connector.process is not None and connector.process.poll() is not None:
+                    connector.start()
+                    restarts += 1
+        finally:
+            writer.stop.set()
+            writer.join()
+        final = dict(query(postgres.dsn, f"SELECT id, v FROM {table}"))
+
+        def caught_up() -> list[Any] | None:
+            if connector.process is not None and connector.process.poll() is not None:
+                connector.start()
+            events = read_topic(broker.bootstrap_servers, f"{name}.{table}")
+            last = {k: v[-1] for k, v in _versions(events).items()}
+            return events if last == final else None
+
+        events = _wait_for(caught_up, 120, "the connector to catch up")
+        connector.stop()
+    _check_every_version_once(postgres.dsn, table, events)

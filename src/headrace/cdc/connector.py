@@ -82,6 +82,8 @@ class Offsets:
     end_lsn: int = 0
     snapshot_done: bool = False
     seen: bool = False
+    events: dict[str, int] = field(default_factory=dict)
+    """Change events written so far per topic (snapshot rows included, tombstones not)."""
 
 
 class Connector:
@@ -115,7 +117,8 @@ class Connector:
         doc = self._last_offsets_record()
         if doc is None:
             return Offsets()
-        return Offsets(int(doc["end_lsn"]), bool(doc["snapshot_done"]), True)
+        return Offsets(int(doc["end_lsn"]), bool(doc["snapshot_done"]), True,
+                       {str(k): int(v) for k, v in (doc.get("events") or {}).items()})
 
     def _last_offsets_record(self) -> dict[str, Any] | None:
         """This slot's last committed offsets record (read_committed), or None."""
@@ -142,14 +145,19 @@ class Connector:
         finally:
             consumer.close()
 
-    def _offsets_record(self, end_lsn: int, snapshot_done: bool) -> Record:
-        value = json.dumps({"end_lsn": end_lsn, "lsn": pgoutput.lsn_text(end_lsn),
-                            "snapshot_done": snapshot_done, "ts_ms": int(time.time() * 1000)})
-        return self.cfg.offsets_topic, self.cfg.slot.encode(), value.encode()
-
-    def _write(self, batch: list[Record]) -> None:
-        """One Kafka transaction. Blocks until committed; raises ``CdcError``."""
+    def _write(self, batch: list[Record], end_lsn: int, snapshot_done: bool = True) -> None:
+        """``batch`` and the offsets record saying the log holds everything up to
+        ``end_lsn``, in one Kafka transaction. Blocks until committed; raises ``CdcError``.
+        ``self.offsets`` moves only after the commit."""
         assert self.producer is not None
+        events = dict(self.offsets.events)
+        for topic, _key, value in batch:
+            if value is not None:
+                events[topic] = events.get(topic, 0) + 1
+        offsets = json.dumps({"end_lsn": end_lsn, "lsn": pgoutput.lsn_text(end_lsn),
+                              "snapshot_done": snapshot_done, "events": events,
+                              "ts_ms": int(time.time() * 1000)}).encode()
+        batch = [*batch, (self.cfg.offsets_topic, self.cfg.slot.encode(), offsets)]
         errors: list[str] = []
 
         def delivered(err: KafkaError | None, _msg: Any) -> None:
@@ -170,6 +178,7 @@ class Connector:
             raise CdcError(f"writing to Kafka failed: {e.args[0].str()}") from e
         if errors:
             raise CdcError(f"writing to Kafka failed: {errors[0]}")
+        self.offsets = Offsets(end_lsn, snapshot_done, True, events)
 
     # -- the run ---------------------------------------------------------------------------
 
@@ -252,9 +261,8 @@ class Connector:
             source = Source(self.cfg.topic_prefix, self.db_name, lsn, None, now, flag)
             for key, value in records(table, "r", None, table.row(values), source):
                 batch.append((topic_of(self.cfg.topic_prefix, table), key, value))
-        batch.append(self._offsets_record(lsn, True))
-        self._write(batch)
-        self.offsets = Offsets(lsn, True, True)
+        self.offsets.events = {}  # a new snapshot starts the counts afresh
+        self._write(batch, lsn)
         log.info("snapshot of %d rows written; streaming from %s", len(rows),
                  pgoutput.lsn_text(lsn))
 
@@ -277,8 +285,7 @@ class Connector:
         def flush() -> None:
             nonlocal pending
             if pending:
-                self._write([*pending, self._offsets_record(pending_end, True)])
-                self.offsets.end_lsn = pending_end
+                self._write(pending, pending_end)
                 pending = []
             cur.send_feedback(flush_lsn=max(pending_end, self.offsets.end_lsn))
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import signal
 import threading
 import time
@@ -83,4 +82,10 @@ def status(
     stdout.print(f"slot {escape(slot)}: confirmed {state.confirmed_flush_lsn}, server at "
                  f"{current}, WAL retained {state.retained_bytes} bytes, status "
                  f"{state.wal_status}")
-    stdout.print(f"log: {json.dumps(offsets) if offsets else 'nothing written yet'}; {lag}")
+    if offsets is None:
+        stdout.print("log: nothing written yet")
+        return
+    stdout.print(f"log: everything up to LSN {offsets['lsn']}, snapshot "
+                 f"{'done' if offsets['snapshot_done'] else 'not done'}; {lag}")
+    for topic, count in sorted((offsets.get("events") or {}).items()):
+        stdout.print(f"  {escape(topic)}: {count} change events")

@@ -48,7 +48,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from headrace.cdc import pgoutput, postgres
-from headrace.cdc.envelope import Source, Table, key_only, records, topic_of
+from headrace.cdc.envelope import JSON, Encoder, Source, Table, key_only, records, topic_of
 from headrace.cdc.errors import CdcConfigError, CdcError, SlotLostError
 
 log = logging.getLogger("headrace.cdc")
@@ -75,6 +75,8 @@ class CdcConfig:
     offsets_topic: str = "__headrace_cdc_offsets"
     client_config: dict[str, Any] = field(default_factory=dict)
     timeout_s: float = 30.0
+    schema_registry_url: str = ""
+    """Set: keys and values are Avro through this registry (``avro.py``), else JSON."""
 
 
 @dataclass
@@ -99,6 +101,12 @@ class Connector:
         self.offsets = Offsets()
         self.producer: Producer | None = None
         self.db_name = ""
+        self.encoder: Encoder = JSON
+        if config.schema_registry_url:
+            from headrace.cdc.avro import AvroEncoder
+
+            self.encoder = AvroEncoder(config.schema_registry_url, config.topic_prefix,
+                                       config.decimal_mode)
 
     # -- Kafka side ----------------------------------------------------------------------
 
@@ -259,7 +267,8 @@ class Connector:
         for i, (table, values) in enumerate(rows):
             flag = "last" if i == len(rows) - 1 else "true"
             source = Source(self.cfg.topic_prefix, self.db_name, lsn, None, now, flag)
-            for key, value in records(table, "r", None, table.row(values), source):
+            for key, value in records(table, "r", None, table.row(values), source,
+                                      self.encoder):
                 batch.append((topic_of(self.cfg.topic_prefix, table), key, value))
         self.offsets.events = {}  # a new snapshot starts the counts afresh
         self._write(batch, lsn)
@@ -334,7 +343,7 @@ class Connector:
         topic = topic_of(self.cfg.topic_prefix, table)
         out: list[tuple[bytes, bytes | None]] = []
         if isinstance(event, pgoutput.Insert):
-            out = records(table, "c", None, table.row(event.new), source)
+            out = records(table, "c", None, table.row(event.new), source, self.encoder)
         elif isinstance(event, pgoutput.Update):
             new = event.new
             if event.old is not None and table.full_identity:
@@ -347,12 +356,12 @@ class Connector:
                 before = table.row(event.old)
             elif event.old is not None:  # the key changed: Debezium's delete + create
                 old = key_only(table, table.row(event.old))
-                out = records(table, "d", old, None, source)
-                out += records(table, "c", None, after, source)
+                out = records(table, "d", old, None, source, self.encoder)
+                out += records(table, "c", None, after, source, self.encoder)
                 return [(topic, k, v) for k, v in out]
-            out = records(table, "u", before, after, source)
+            out = records(table, "u", before, after, source, self.encoder)
         else:
             row = table.row(event.old)
             before = row if table.full_identity else key_only(table, row)
-            out = records(table, "d", before, None, source)
+            out = records(table, "d", before, None, source, self.encoder)
         return [(topic, k, v) for k, v in out]

@@ -253,7 +253,8 @@ def test_status_shows_the_slot_and_the_log(postgres: PostgresServer, broker: Emb
                               timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert f"slot {name}: confirmed " in done.stdout and "WAL retained" in done.stdout
-    assert '"snapshot_done": true' in done.stdout and "since the last write" in done.stdout
+    assert "snapshot done" in done.stdout and "since the last write" in done.stdout
+    assert f"{name}.{name}.t: 2 change events" in done.stdout
     gone = subprocess.run([sys.executable, "-m", "headrace", "cdc", "status", "--dsn",
                            postgres.dsn, "--slot", "nosuchslot", "--bootstrap-servers",
                            broker.bootstrap_servers], capture_output=True, text=True,
@@ -276,3 +277,107 @@ def test_a_lost_slot_is_a_loud_error_and_always_resnapshots(
                           "--snapshot", "always"):
         events = _events(broker, f"{name}.{name}.t", 3)
     assert [(k["id"], v["op"]) for k, v in events] == [(1, "r"), (1, "r"), (2, "r")]
+
+
+@pytest.mark.slow
+def test_kill_9_of_the_broker_loses_and_doubles_nothing(postgres: PostgresServer,
+                                                        name: str) -> None:
+    """The broker dies under the connector five times; the connector either rides it out
+    (the client retries) or fails its write and is restarted, as a supervisor would."""
+    table = f"{name}.items"
+    execute(postgres.dsn, f"CREATE SCHEMA {name}",
+            f"CREATE TABLE {table} (id int PRIMARY KEY, v int NOT NULL)",
+            f"INSERT INTO {table} SELECT g, 1 FROM generate_series(0, 49) g")
+    with EmbeddedBroker() as broker:
+        connector = ConnectorProcess(postgres.dsn, table, broker.bootstrap_servers, name).start()
+        writer = Writer(postgres.dsn, table, 3)
+        writer.start()
+        restarts = 0
+        try:
+            for _ in range(5):
+                time.sleep(1.0)
+                broker.kill()
+                time.sleep(0.5)
+                broker.start()
+                time.sleep(1.0)
+                if connector.process is not None and connector.process.poll() is not None:
+                    connector.start()
+                    restarts += 1
+        finally:
+            writer.stop.set()
+            writer.join()
+        final = dict(query(postgres.dsn, f"SELECT id, v FROM {table}"))
+
+        def caught_up() -> list[Any] | None:
+            if connector.process is not None and connector.process.poll() is not None:
+                connector.start()
+            events = read_topic(broker.bootstrap_servers, f"{name}.{table}")
+            last = {k: v[-1] for k, v in _versions(events).items()}
+            return events if last == final else None
+
+        events = _wait_for(caught_up, 120, "the connector to catch up")
+        connector.stop()
+    _check_every_version_once(postgres.dsn, table, events)
+
+
+def test_avro_through_the_schema_registry(postgres: PostgresServer, broker: EmbeddedBroker,
+                                          registry: Any, name: str) -> None:
+    """--schema-registry: keys and values in Confluent's Avro wire format, readable by
+    Confluent's AvroDeserializer; an added column registers a compatible new version."""
+    import base64
+
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    table = f"{name}.users"
+    execute(postgres.dsn, f"CREATE SCHEMA {name}",
+            f"CREATE TABLE {table} (id int PRIMARY KEY, email text, balance numeric(10,2), "
+            "raw bytea, tags int[], score float8)",
+            f"INSERT INTO {table} VALUES (1, 'ada@x', 10.50, '\\x0102', '{{1,2}}', 0.5)")
+    topic = f"{name}.{table}"
+    with ConnectorProcess(postgres.dsn, table, broker.bootstrap_servers, name,
+                          "--schema-registry", registry.url):
+        execute(postgres.dsn, f"UPDATE {table} SET email = 'ada@y', score = 'NaN' WHERE id = 1")
+        execute(postgres.dsn, f"ALTER TABLE {table} ADD COLUMN city text",
+                f"INSERT INTO {table} (id, city) VALUES (2, 'Oslo')",
+                f"DELETE FROM {table} WHERE id = 2")
+        _wait_for(lambda: len(_raw(broker.bootstrap_servers, topic)) >= 5, what="5 records")
+    sr = SchemaRegistryClient({"url": registry.url})
+    decode = AvroDeserializer(sr)
+    key_ctx = SerializationContext(topic, MessageField.KEY)
+    value_ctx = SerializationContext(topic, MessageField.VALUE)
+    got = [(decode(k, key_ctx), v and decode(v, value_ctx))
+           for k, v in _raw(broker.bootstrap_servers, topic)]
+    assert [(k["id"], v and v["op"]) for k, v in got] == [
+        (1, "r"), (1, "u"), (2, "c"), (2, "d"), (2, None)]
+    first = got[0][1]
+    assert first["after"] == {"id": 1, "email": "ada@x", "balance": base64.b64decode("BBo="),
+                              "raw": b"\x01\x02", "tags": [1, 2], "score": 0.5}
+    assert got[1][1]["after"]["email"] == "ada@y"
+    assert got[2][1]["after"]["city"] == "Oslo"
+    assert sr.get_versions(f"{topic}-value") == [1, 2]
+
+
+def _raw(bootstrap: str, topic: str) -> list[tuple[bytes, bytes | None]]:
+    import uuid
+
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
+                         "isolation.level": "read_committed", "enable.partition.eof": True})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    out: list[tuple[bytes, bytes | None]] = []
+    try:
+        while True:
+            msg = consumer.poll(10)
+            if msg is None:
+                return out
+            err = msg.error()
+            if err is not None:
+                if err.code() in (KafkaError._PARTITION_EOF, KafkaError.UNKNOWN_TOPIC_OR_PART):
+                    return out
+                raise AssertionError(err)
+            out.append((msg.key() or b"", msg.value()))
+    finally:
+        consumer.close()

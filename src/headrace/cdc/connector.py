@@ -48,7 +48,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from headrace.cdc import pgoutput, postgres
-from headrace.cdc.envelope import Source, Table, key_only, records, topic_of
+from headrace.cdc.envelope import JSON, Encoder, Source, Table, key_only, records, topic_of
 from headrace.cdc.errors import CdcConfigError, CdcError, SlotLostError
 
 log = logging.getLogger("headrace.cdc")
@@ -75,6 +75,8 @@ class CdcConfig:
     offsets_topic: str = "__headrace_cdc_offsets"
     client_config: dict[str, Any] = field(default_factory=dict)
     timeout_s: float = 30.0
+    schema_registry_url: str = ""
+    """Set: keys and values are Avro through this registry (``avro.py``), else JSON."""
 
 
 @dataclass
@@ -82,6 +84,8 @@ class Offsets:
     end_lsn: int = 0
     snapshot_done: bool = False
     seen: bool = False
+    events: dict[str, int] = field(default_factory=dict)
+    """Change events written so far per topic (snapshot rows included, tombstones not)."""
 
 
 class Connector:
@@ -97,6 +101,12 @@ class Connector:
         self.offsets = Offsets()
         self.producer: Producer | None = None
         self.db_name = ""
+        self.encoder: Encoder = JSON
+        if config.schema_registry_url:
+            from headrace.cdc.avro import AvroEncoder
+
+            self.encoder = AvroEncoder(config.schema_registry_url, config.topic_prefix,
+                                       config.decimal_mode)
 
     # -- Kafka side ----------------------------------------------------------------------
 
@@ -115,7 +125,8 @@ class Connector:
         doc = self._last_offsets_record()
         if doc is None:
             return Offsets()
-        return Offsets(int(doc["end_lsn"]), bool(doc["snapshot_done"]), True)
+        return Offsets(int(doc["end_lsn"]), bool(doc["snapshot_done"]), True,
+                       {str(k): int(v) for k, v in (doc.get("events") or {}).items()})
 
     def _last_offsets_record(self) -> dict[str, Any] | None:
         """This slot's last committed offsets record (read_committed), or None."""
@@ -142,14 +153,19 @@ class Connector:
         finally:
             consumer.close()
 
-    def _offsets_record(self, end_lsn: int, snapshot_done: bool) -> Record:
-        value = json.dumps({"end_lsn": end_lsn, "lsn": pgoutput.lsn_text(end_lsn),
-                            "snapshot_done": snapshot_done, "ts_ms": int(time.time() * 1000)})
-        return self.cfg.offsets_topic, self.cfg.slot.encode(), value.encode()
-
-    def _write(self, batch: list[Record]) -> None:
-        """One Kafka transaction. Blocks until committed; raises ``CdcError``."""
+    def _write(self, batch: list[Record], end_lsn: int, snapshot_done: bool = True) -> None:
+        """``batch`` and the offsets record saying the log holds everything up to
+        ``end_lsn``, in one Kafka transaction. Blocks until committed; raises ``CdcError``.
+        ``self.offsets`` moves only after the commit."""
         assert self.producer is not None
+        events = dict(self.offsets.events)
+        for topic, _key, value in batch:
+            if value is not None:
+                events[topic] = events.get(topic, 0) + 1
+        offsets = json.dumps({"end_lsn": end_lsn, "lsn": pgoutput.lsn_text(end_lsn),
+                              "snapshot_done": snapshot_done, "events": events,
+                              "ts_ms": int(time.time() * 1000)}).encode()
+        batch = [*batch, (self.cfg.offsets_topic, self.cfg.slot.encode(), offsets)]
         errors: list[str] = []
 
         def delivered(err: KafkaError | None, _msg: Any) -> None:
@@ -170,6 +186,7 @@ class Connector:
             raise CdcError(f"writing to Kafka failed: {e.args[0].str()}") from e
         if errors:
             raise CdcError(f"writing to Kafka failed: {errors[0]}")
+        self.offsets = Offsets(end_lsn, snapshot_done, True, events)
 
     # -- the run ---------------------------------------------------------------------------
 
@@ -250,11 +267,11 @@ class Connector:
         for i, (table, values) in enumerate(rows):
             flag = "last" if i == len(rows) - 1 else "true"
             source = Source(self.cfg.topic_prefix, self.db_name, lsn, None, now, flag)
-            for key, value in records(table, "r", None, table.row(values), source):
+            for key, value in records(table, "r", None, table.row(values), source,
+                                      self.encoder):
                 batch.append((topic_of(self.cfg.topic_prefix, table), key, value))
-        batch.append(self._offsets_record(lsn, True))
-        self._write(batch)
-        self.offsets = Offsets(lsn, True, True)
+        self.offsets.events = {}  # a new snapshot starts the counts afresh
+        self._write(batch, lsn)
         log.info("snapshot of %d rows written; streaming from %s", len(rows),
                  pgoutput.lsn_text(lsn))
 
@@ -277,8 +294,7 @@ class Connector:
         def flush() -> None:
             nonlocal pending
             if pending:
-                self._write([*pending, self._offsets_record(pending_end, True)])
-                self.offsets.end_lsn = pending_end
+                self._write(pending, pending_end)
                 pending = []
             cur.send_feedback(flush_lsn=max(pending_end, self.offsets.end_lsn))
 
@@ -327,7 +343,7 @@ class Connector:
         topic = topic_of(self.cfg.topic_prefix, table)
         out: list[tuple[bytes, bytes | None]] = []
         if isinstance(event, pgoutput.Insert):
-            out = records(table, "c", None, table.row(event.new), source)
+            out = records(table, "c", None, table.row(event.new), source, self.encoder)
         elif isinstance(event, pgoutput.Update):
             new = event.new
             if event.old is not None and table.full_identity:
@@ -340,12 +356,12 @@ class Connector:
                 before = table.row(event.old)
             elif event.old is not None:  # the key changed: Debezium's delete + create
                 old = key_only(table, table.row(event.old))
-                out = records(table, "d", old, None, source)
-                out += records(table, "c", None, after, source)
+                out = records(table, "d", old, None, source, self.encoder)
+                out += records(table, "c", None, after, source, self.encoder)
                 return [(topic, k, v) for k, v in out]
-            out = records(table, "u", before, after, source)
+            out = records(table, "u", before, after, source, self.encoder)
         else:
             row = table.row(event.old)
             before = row if table.full_identity else key_only(table, row)
-            out = records(table, "d", before, None, source)
+            out = records(table, "d", before, None, source, self.encoder)
         return [(topic, k, v) for k, v in out]

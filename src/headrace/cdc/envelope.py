@@ -15,7 +15,7 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from headrace import __version__ as headrace_version
 from headrace.cdc.pgoutput import UNCHANGED_TOAST, Relation, Value
@@ -34,13 +34,16 @@ class Table:
     key: tuple[str, ...]
     full_identity: bool
     converters: tuple[Callable[[str], Any], ...] = field(repr=False)
+    types: tuple[tuple[int, int], ...] = ()
+    """Each column's (type oid, type modifier): what an Avro schema is derived from."""
 
     @classmethod
     def from_relation(cls, rel: Relation, decimal_mode: str) -> Table:
         return cls(rel.namespace, rel.name, tuple(c.name for c in rel.columns),
                    tuple(c.name for c in rel.columns if c.is_key), rel.replica_identity == "f",
                    tuple(converter(c.type_oid, c.type_modifier, decimal_mode)
-                         for c in rel.columns))
+                         for c in rel.columns),
+                   tuple((c.type_oid, c.type_modifier) for c in rel.columns))
 
     def row(self, values: Sequence[Value]) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -77,17 +80,36 @@ def topic_of(prefix: str, table: Table) -> str:
     return f"{prefix}.{table.schema}.{table.name}"
 
 
+class Encoder(Protocol):
+    """Turns an event's key and value documents into record bytes."""
+
+    def encode(self, table: Table, key: dict[str, Any],
+               value: dict[str, Any]) -> tuple[bytes, bytes]: ...
+
+
+class JsonEncoder:
+    """Debezium's JsonConverter with ``schemas.enable=false``."""
+
+    def encode(self, table: Table, key: dict[str, Any],
+               value: dict[str, Any]) -> tuple[bytes, bytes]:
+        return (json.dumps(key, separators=(",", ":")).encode(),
+                json.dumps(value, separators=(",", ":")).encode())
+
+
+JSON = JsonEncoder()
+
+
 def records(table: Table, op: str, before: dict[str, Any] | None,
-            after: dict[str, Any] | None, source: Source
+            after: dict[str, Any] | None, source: Source, encoder: Encoder = JSON
             ) -> list[tuple[bytes, bytes | None]]:
     """The Kafka records (key, value) of one change: one, or two for a delete."""
     row = after if after is not None else before
     assert row is not None
-    key = json.dumps({k: row.get(k) for k in table.key}, separators=(",", ":")).encode()
+    key_doc = {k: row.get(k) for k in table.key}
     value = {"before": before, "after": after, "source": source.block(table), "op": op,
              "ts_ms": int(time.time() * 1000), "transaction": None}
-    out: list[tuple[bytes, bytes | None]] = [
-        (key, json.dumps(value, separators=(",", ":")).encode())]
+    key, encoded = encoder.encode(table, key_doc, value)
+    out: list[tuple[bytes, bytes | None]] = [(key, encoded)]
     if op == "d":
         out.append((key, None))
     return out

@@ -69,7 +69,8 @@ def table_info(conn: Any, qualified: str, decimal_mode: str) -> Table:
         raise CdcConfigError(f"table {schema}.{name} has no primary key: add one, or "
                              "ALTER TABLE ... REPLICA IDENTITY FULL")
     return Table(schema, name, tuple(c[0] for c in columns), key or tuple(c[0] for c in columns),
-                 identity == "f", tuple(converter(c[1], c[2], decimal_mode) for c in columns))
+                 identity == "f", tuple(converter(c[1], c[2], decimal_mode) for c in columns),
+                 tuple((c[1], c[2]) for c in columns))
 
 
 def ensure_publication(conn: Any, name: str, tables: list[Table]) -> None:

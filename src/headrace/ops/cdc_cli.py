@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import signal
 import threading
 import time
@@ -35,6 +34,9 @@ def postgres_command(
                                                help="Heartbeat interval when idle.")] = 10.0,
     decimal_handling: Annotated[str, typer.Option(
         help="numeric as precise (Debezium's default: base64), string or double.")] = "precise",
+    schema_registry: Annotated[str, typer.Option(
+        help="Write keys and values as Avro through this schema registry URL "
+             "(default: JSON).")] = "",
 ) -> None:
     """Snapshot the tables, then stream their changes until Ctrl-C (SIGINT) or SIGTERM."""
     from headrace.cdc.connector import READY_PREFIX, CdcConfig, Connector
@@ -50,7 +52,7 @@ def postgres_command(
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     config = CdcConfig(dsn, names, bootstrap_servers, topic_prefix, snapshot, slot, publication,
-                       heartbeat_s, decimal_handling)
+                       heartbeat_s, decimal_handling, schema_registry_url=schema_registry)
     Connector(config).run(stop, on_ready=lambda lsn: print(
         f"{READY_PREFIX}from {lsn} ({', '.join(names)} -> {topic_prefix}.*)", flush=True))
 
@@ -83,4 +85,10 @@ def status(
     stdout.print(f"slot {escape(slot)}: confirmed {state.confirmed_flush_lsn}, server at "
                  f"{current}, WAL retained {state.retained_bytes} bytes, status "
                  f"{state.wal_status}")
-    stdout.print(f"log: {json.dumps(offsets) if offsets else 'nothing written yet'}; {lag}")
+    if offsets is None:
+        stdout.print("log: nothing written yet")
+        return
+    stdout.print(f"log: everything up to LSN {offsets['lsn']}, snapshot "
+                 f"{'done' if offsets['snapshot_done'] else 'not done'}; {lag}")
+    for topic, count in sorted((offsets.get("events") or {}).items()):
+        stdout.print(f"  {escape(topic)}: {count} change events")

@@ -6,6 +6,8 @@ Central into ``jvm/lib/<component>/`` once:
 - ``spark-kafka``: Spark's own Kafka connector (``format("kafka")``) and the jars PySpark lacks;
 - ``kafka``: an Apache Kafka broker (KRaft) and Kafka's tools, the reference broker;
 - ``clients``: the Java Kafka client and headrace's scenario driver for it;
+- ``debezium``: Debezium's PostgreSQL connector (embedded engine) and a driver printing its
+  events, the reference for ``headrace cdc``;
 - ``realtime``: the real-time path's JVM rule operator (``headrace.realtime``), compiled
   against the venv's PySpark jars.
 
@@ -22,7 +24,7 @@ from typing import Literal
 
 from headrace.errors import HeadraceError
 
-Component = Literal["spark-kafka", "kafka", "clients", "realtime"]
+Component = Literal["spark-kafka", "kafka", "clients", "realtime", "debezium"]
 
 
 class JvmUnavailableError(HeadraceError):

@@ -50,8 +50,12 @@ SOURCE = {"type": "record", "name": "Source", "namespace": "io.debezium.connecto
               {"name": "sequence", "type": ["null", "string"], "default": None},
               {"name": "schema", "type": "string"}, {"name": "table", "type": "string"},
               {"name": "txId", "type": ["null", "long"], "default": None},
+              {"name": "ts_us", "type": ["null", "long"], "default": None},
+              {"name": "ts_ns", "type": ["null", "long"], "default": None},
               {"name": "lsn", "type": ["null", "long"], "default": None},
-              {"name": "xmin", "type": ["null", "long"], "default": None}]}
+              {"name": "xmin", "type": ["null", "long"], "default": None},
+              {"name": "origin", "type": ["null", "string"], "default": None},
+              {"name": "origin_lsn", "type": ["null", "long"], "default": None}]}
 
 
 def _avro_type(oid: int, modifier: int, decimal_mode: str) -> Any:
@@ -109,6 +113,8 @@ class AvroEncoder:
             {"name": "after", "type": ["null", f"{namespace}.Value"], "default": None},
             {"name": "source", "type": SOURCE}, {"name": "op", "type": "string"},
             {"name": "ts_ms", "type": ["null", "long"], "default": None},
+            {"name": "ts_us", "type": ["null", "long"], "default": None},
+            {"name": "ts_ns", "type": ["null", "long"], "default": None},
             {"name": "transaction", "type": ["null", "string"], "default": None}]}
         key_schema = {"type": "record", "name": "Key", "namespace": namespace,
                       "fields": [{"name": c, "type": kinds[c]} for c in table.key]}

@@ -261,7 +261,7 @@ class Connector:
         return consistent
 
     def _snapshot(self, snapshot_name: str, tables: list[Table], lsn: int) -> None:
-        now = int(time.time() * 1000)
+        now = time.time_ns() // 1000
         batch: list[Record] = []
         rows = list(postgres.read_snapshot(self.cfg.dsn, snapshot_name, tables))
         for i, (table, values) in enumerate(rows):
@@ -288,7 +288,7 @@ class Connector:
         txn: list[Record] | None = None
         pending: list[Record] = []  # committed source transactions not yet in the log
         pending_end, pending_since = 0, 0.0
-        xid, commit_ts = 0, 0
+        xid, commit_ts, last_commit = 0, 0, None
         last_traffic = time.monotonic()
 
         def flush() -> None:
@@ -314,13 +314,14 @@ class Connector:
                 if isinstance(event, pgoutput.Relation):
                     self.tables[event.oid] = Table.from_relation(event, self.cfg.decimal_mode)
                 elif isinstance(event, pgoutput.Begin):
-                    txn, xid, commit_ts = [], event.xid, event.commit_ts_us // 1000
+                    txn, xid, commit_ts = [], event.xid, event.commit_ts_us
                 elif isinstance(event, pgoutput.Commit):
                     if event.commit_lsn >= self.offsets.end_lsn and txn:
                         if not pending:
                             pending_since = time.monotonic()
                         pending.extend(txn)
                     pending_end = max(pending_end, event.end_lsn)
+                    last_commit = event.commit_lsn
                     txn = None
                     if len(pending) >= _MAX_PENDING or (
                             pending and time.monotonic() - pending_since >= _MAX_PENDING_S):
@@ -332,7 +333,7 @@ class Connector:
                     if txn is None:
                         raise CdcError("a change outside a transaction")
                     source = Source(self.cfg.topic_prefix, self.db_name, msg.data_start, xid,
-                                    commit_ts)
+                                    commit_ts, last_commit_lsn=last_commit)
                     txn.extend(self._change(event, source))
         finally:
             repl.close()

@@ -66,14 +66,18 @@ class Source:
     db: str
     lsn: int
     tx_id: int | None
-    ts_ms: int
+    ts_us: int
     snapshot: str = "false"  # "true", "last", "false"
+    last_commit_lsn: int | None = None
 
     def block(self, table: Table) -> dict[str, Any]:
+        last = None if self.last_commit_lsn is None else str(self.last_commit_lsn)
         return {"version": headrace_version, "connector": "postgresql", "name": self.name,
-                "ts_ms": self.ts_ms, "snapshot": self.snapshot, "db": self.db,
-                "sequence": json.dumps([None, str(self.lsn)]), "schema": table.schema,
-                "table": table.name, "txId": self.tx_id, "lsn": self.lsn, "xmin": None}
+                "ts_ms": self.ts_us // 1000, "snapshot": self.snapshot, "db": self.db,
+                "sequence": json.dumps([last, str(self.lsn)], separators=(",", ":")),
+                "ts_us": self.ts_us, "ts_ns": self.ts_us * 1000, "schema": table.schema,
+                "table": table.name, "txId": self.tx_id, "lsn": self.lsn, "xmin": None,
+                "origin": None, "origin_lsn": None}
 
 
 def topic_of(prefix: str, table: Table) -> str:
@@ -106,8 +110,10 @@ def records(table: Table, op: str, before: dict[str, Any] | None,
     row = after if after is not None else before
     assert row is not None
     key_doc = {k: row.get(k) for k in table.key}
-    value = {"before": before, "after": after, "source": source.block(table), "op": op,
-             "ts_ms": int(time.time() * 1000), "transaction": None}
+    now_us = time.time_ns() // 1000
+    value = {"before": before, "after": after, "source": source.block(table),
+             "transaction": None, "op": op, "ts_ms": now_us // 1000, "ts_us": now_us,
+             "ts_ns": now_us * 1000}
     key, encoded = encoder.encode(table, key_doc, value)
     out: list[tuple[bytes, bytes | None]] = [(key, encoded)]
     if op == "d":

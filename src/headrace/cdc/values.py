@@ -7,7 +7,8 @@
   (Debezium's ``Decimal``); ``string`` and ``double`` as Debezium's other modes;
 - date: days since the epoch; time: microseconds since midnight; timestamp: milliseconds
   since the epoch for precision <= 3, else microseconds; timestamptz / timetz: ISO-8601
-  strings in UTC (``ZonedTimestamp`` / ``ZonedTime``);
+  strings in UTC with the column's precision in fraction digits (``ZonedTimestamp`` /
+  ``ZonedTime``);
 - json, jsonb, uuid, text types, interval, inet and the rest: strings;
 - bytea: base64; one-dimensional arrays of any of these: JSON arrays.
 """
@@ -38,7 +39,7 @@ def converter(type_oid: int, type_modifier: int = -1,
         element = converter(ARRAYS[type_oid], type_modifier, decimal_mode)
         return lambda text: [None if v is None else element(v) for v in parse_array(text)]
     if type_oid == BOOL:
-        return lambda text: text == "t"
+        return lambda text: text in ("t", "true")  # pgoutput says t, a ::text cast true
     if type_oid in (INT2, INT4, INT8, OID):
         return int
     if type_oid in (FLOAT4, FLOAT8):
@@ -52,10 +53,11 @@ def converter(type_oid: int, type_modifier: int = -1,
     if type_oid == TIMESTAMP:
         millis = 0 <= type_modifier <= 3
         return lambda text: _timestamp(text, millis)
+    digits = type_modifier if 0 <= type_modifier <= 6 else 6
     if type_oid == TIMESTAMPTZ:
-        return _zoned_timestamp
+        return lambda text: _zoned_timestamp(text, digits)
     if type_oid == TIMETZ:
-        return _zoned_time
+        return lambda text: _zoned_time(text, digits)
     if type_oid == BYTEA:
         return lambda text: base64.b64encode(bytes.fromhex(text[2:])).decode()
     return str
@@ -104,12 +106,12 @@ def _timestamp(text: str, millis: bool) -> Any:
     return micros // 1000 if millis else micros
 
 
-def _zoned_timestamp(text: str) -> Any:
+def _zoned_timestamp(text: str, digits: int) -> Any:
     try:
         moment = _parse_timestamp(_full_offset(text)).astimezone(dt.UTC)
     except ValueError:
         return text
-    return _iso(moment.strftime("%Y-%m-%dT%H:%M:%S"), moment.microsecond)
+    return _iso(moment.strftime("%Y-%m-%dT%H:%M:%S"), moment.microsecond, digits)
 
 
 def _full_offset(text: str) -> str:
@@ -121,8 +123,9 @@ def _full_offset(text: str) -> str:
     return text
 
 
-def _iso(base: str, micros: int) -> str:
-    fraction = f"{micros:06d}".rstrip("0")
+def _iso(base: str, micros: int, digits: int) -> str:
+    """Debezium's ZonedTimestamp: as many fraction digits as the column's precision."""
+    fraction = f"{micros:06d}"[:digits]
     return f"{base}.{fraction}Z" if fraction else f"{base}Z"
 
 
@@ -131,9 +134,9 @@ def _time_micros(text: str) -> int:
     return ((t.hour * 60 + t.minute) * 60 + t.second) * 1_000_000 + t.microsecond
 
 
-def _zoned_time(text: str) -> str:
+def _zoned_time(text: str, digits: int) -> str:
     moment = dt.datetime.fromisoformat("2000-01-01T" + _full_offset(text)).astimezone(dt.UTC)
-    return _iso(moment.strftime("%H:%M:%S"), moment.microsecond)
+    return _iso(moment.strftime("%H:%M:%S"), moment.microsecond, digits)
 
 
 def parse_array(text: str) -> list[str | None]:

@@ -1,0 +1,85 @@
+"""Reading ranges of the event log: one ``read_committed`` consumer without a group.
+
+A ``LogReader`` is used by one thread at a time (the store lends them out from a pool). A
+scan ends at the partition's end as the broker reports it to a ``read_committed`` reader
+(the last stable offset: aborted and still-open transactions are never seen), so an append
+acknowledged before a scan starts is always in it.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from headrace.eventsourcing.errors import StoreError
+
+
+class LogReader:
+    """Scans partitions of any topic; ``timeout`` (s) bounds each wait for the broker."""
+
+    def __init__(self, config: dict[str, Any], timeout: float) -> None:
+        self.timeout = timeout
+        self._closed = False
+        self._consumer = Consumer({
+            **config, "group.id": f"headrace-es-reader-{uuid.uuid4().hex}",
+            "enable.auto.commit": False, "enable.auto.offset.store": False,
+            "isolation.level": "read_committed", "enable.partition.eof": True,
+            # A scan ends at the first empty fetch: keep its long poll short; and fetch again
+            # at once rather than after librdkafka's default queue backoff.
+            "fetch.wait.max.ms": 1, "fetch.queue.backoff.ms": 0,
+            "auto.offset.reset": "earliest"})
+
+    def scan(self, topic: str, partition: int, start: int,
+             until: int | None = None) -> Iterator[Message]:
+        """Records of ``topic``/``partition`` from offset ``start`` to the end (or to just
+        before ``until``), in order. Raises ``StoreError`` if the broker does not answer
+        within ``timeout``. Stop iterating early freely."""
+        if until is not None and until <= start:
+            return
+        self._consumer.assign([TopicPartition(topic, partition, start)])
+        try:
+            deadline = time.monotonic() + self.timeout
+            while True:
+                first = self._consumer.poll(0.2)
+                if first is None:
+                    if time.monotonic() > deadline:
+                        raise StoreError(f"reading {topic}[{partition}] from offset {start}: "
+                                         f"no answer within {self.timeout:g} s")
+                    continue
+                deadline = time.monotonic() + self.timeout
+                for m in (first, *self._consumer.consume(999, 0)):
+                    err = m.error()
+                    if err is None:
+                        if until is not None and (m.offset() or 0) >= until:
+                            return
+                        yield m
+                    elif err.code() == KafkaError._PARTITION_EOF:
+                        return
+                    elif err.fatal() or not err.retriable():
+                        raise StoreError(f"reading {topic}[{partition}]: {err.str()}")
+        except KafkaException as e:
+            raise StoreError(f"reading {topic}[{partition}]: {e.args[0].str()}") from e
+        finally:
+            self._consumer.unassign()
+
+    def offset_after_time(self, topic: str, partition: int, time_ms: int) -> int | None:
+        """The first offset whose timestamp is after ``time_ms``, or None if there is none
+        yet (the time index: ListOffsets by timestamp)."""
+        try:
+            found = self._consumer.offsets_for_times(
+                [TopicPartition(topic, partition, time_ms + 1)], timeout=self.timeout)
+        except KafkaException as e:
+            raise StoreError(f"offsets for time in {topic}[{partition}]: "
+                             f"{e.args[0].str()}") from e
+        offset = found[0].offset
+        return None if offset < 0 else int(offset)
+
+    def close(self) -> None:
+        """Release the consumer. Idempotent."""
+        if not self._closed:
+            self._closed = True
+            self._consumer.close()

@@ -1,0 +1,306 @@
+"""The single writer of one partition of the event log: expected-version appends.
+
+Why a fenced single writer. Kafka has no conditional append ("write if the last offset is
+still X"), so the version check must happen in a writer that knows every committed event
+of the aggregate, and only one writer may decide at a time. Every process that appends to
+partition ``p`` uses the same ``transactional.id`` (``headrace-es-<topic>-<p>``) and writes
+only inside transactions. Taking over the partition is ``init_transactions``, which bumps
+the producer epoch: the broker then rejects every later write and commit of the previous
+owner (PRODUCER_FENCED) and aborts what it had open. After the takeover the new owner reads
+the partition (``read_committed``) to its end and only then decides. So a decision is
+always taken on a view that holds every committed event, and if anyone else took over in
+between, this writer's commit fails before anything of it is visible; it then takes over
+again, catches up and decides again (the loser of a race gets ``ConcurrencyError``). This
+needs only Kafka's transaction APIs, so it holds on Apache Kafka as on headrace's broker.
+
+Inside a process, appends to one partition are group-committed: concurrent callers queue
+their appends, whichever holds the partition's lock decides them all in order and writes
+them in one transaction. Outcomes are handed out only after the commit succeeded.
+
+The writer keeps an index of its partition: each aggregate's version and which command ids
+produced which versions (idempotent commands: a command id already applied returns its
+first result and writes nothing, even after a crash left its caller without an answer).
+Between takeovers only the tail since the last read is read again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from headrace.eventsourcing.errors import ConcurrencyError, EventTypeError, StoreError
+from headrace.eventsourcing.events import StoredEvent, decode_envelope
+from headrace.eventsourcing.reading import LogReader
+
+log = logging.getLogger("headrace.eventsourcing")
+_ATTEMPTS = 6
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    """Where an append's events went: versions ``first_version..last_version`` of the
+    aggregate at ``offsets`` of ``partition``. ``duplicate``: the command id had been
+    applied before; nothing new was written and this describes the first application."""
+
+    aggregate_id: str
+    first_version: int
+    last_version: int
+    partition: int
+    offsets: tuple[int, ...]
+    recorded_at: int
+    duplicate: bool = False
+
+
+@dataclass
+class PendingAppend:
+    """One caller's append, waiting in a partition's queue. ``expected_version`` is the
+    version the caller saw (0: a new aggregate); None appends whatever the version."""
+
+    aggregate_id: str
+    aggregate_type: str
+    expected_version: int | None
+    command_id: str
+    events: list[tuple[str, int, dict[str, Any]]]
+    result: AppendResult | None = None
+    error: Exception | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def outcome(self) -> AppendResult:
+        self.done.wait()
+        if self.error is not None:
+            raise self.error
+        assert self.result is not None
+        return self.result
+
+
+@dataclass
+class _Index:
+    """What the writer knows of its partition, up to ``position`` (next offset to read)."""
+
+    versions: dict[str, int] = field(default_factory=dict)
+    commands: dict[tuple[str, str], AppendResult] = field(default_factory=dict)
+    last_time: int = 0
+    position: int = 0
+
+    def apply(self, ev: StoredEvent) -> None:
+        """Fold one committed event in; idempotent (a re-read changes nothing)."""
+        self.versions[ev.aggregate_id] = max(self.versions.get(ev.aggregate_id, 0), ev.version)
+        self.last_time = max(self.last_time, ev.recorded_at)
+        self.position = max(self.position, ev.offset + 1)
+        key = (ev.aggregate_id, ev.command_id)
+        seen = self.commands.get(key)
+        if seen is None:
+            self.commands[key] = AppendResult(ev.aggregate_id, ev.version, ev.version,
+                                              ev.partition, (ev.offset,), ev.recorded_at, True)
+        elif ev.offset not in seen.offsets:
+            self.commands[key] = AppendResult(
+                ev.aggregate_id, min(seen.first_version, ev.version),
+                max(seen.last_version, ev.version), ev.partition,
+                tuple(sorted((*seen.offsets, ev.offset))), seen.recorded_at, True)
+
+
+class PartitionWriter:
+    """Appends to ``topic``/``partition``; thread-safe; see the module docstring."""
+
+    def __init__(self, config: dict[str, Any], topic: str, partition: int,
+                 reader: Callable[[], LogReader], timeout: float) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.transactional_id = f"headrace-es-{topic}-{partition}"
+        self.timeout = timeout
+        self._config = config
+        self._new_reader = reader
+        self._reader: LogReader | None = None
+        self._producer: Producer | None = None
+        self._index = _Index()
+        self._lock = threading.Lock()
+        self._queue: list[PendingAppend] = []
+        self._queue_lock = threading.Lock()
+        self.takeovers = 0
+
+    def append(self, pending: PendingAppend) -> AppendResult:
+        """Decide and write ``pending`` (with whatever else is queued); blocks until its
+        transaction committed. Raises ``ConcurrencyError`` or ``StoreError``."""
+        with self._queue_lock:
+            self._queue.append(pending)
+        with self._lock:
+            if not pending.done.is_set():
+                with self._queue_lock:
+                    batch, self._queue = self._queue, []
+                self._drain(batch)
+        return pending.outcome()
+
+    def command_result(self, aggregate_id: str, command_id: str) -> AppendResult | None:
+        """The first result of ``command_id`` on the aggregate, if it was applied. Takes the
+        partition over if this process does not own it."""
+        with self._lock:
+            self._own()
+            return self._index.commands.get((aggregate_id, command_id))
+
+    def close(self) -> None:
+        """Drop the producer (an open transaction is aborted by the next owner)."""
+        with self._lock:
+            self._producer = None
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
+
+    # -- deciding and writing --------------------------------------------------------------
+
+    def _drain(self, batch: list[PendingAppend]) -> None:
+        last = "no attempt"
+        refreshed = False
+        for _ in range(_ATTEMPTS):
+            try:
+                producer = self._own()
+            except StoreError as e:
+                last = str(e)
+                continue
+            decided = self._decide(batch)
+            if decided is None:
+                if not refreshed:  # a caller saw a version we have not: we may be stale
+                    refreshed = True
+                    self._producer = None
+                    continue
+                decided = self._decide(batch, final=True)
+                assert decided is not None
+            writes, tentative = decided
+            try:
+                written = self._write(producer, writes)
+            except KafkaException as e:
+                last = self._recover(producer, e.args[0])
+                continue
+            except StoreError as e:  # not acknowledged: outcome unknown, take over again
+                self._producer, last = None, str(e)
+                continue
+            for ev in written:
+                self._index.apply(ev)
+            for pending in batch:
+                outcome = tentative[id(pending)]
+                if isinstance(outcome, Exception):
+                    pending.error = outcome
+                else:
+                    pending.result = self._result_of(pending, outcome, written)
+                pending.done.set()
+            return
+        for pending in batch:
+            pending.error = StoreError(f"append to {self.topic}[{self.partition}] failed, "
+                                       f"outcome unknown (retry with the same command id): "
+                                       f"{last}")
+            pending.done.set()
+
+    def _decide(self, batch: list[PendingAppend], final: bool = False) -> tuple[
+            list[StoredEvent], dict[int, AppendResult | Exception | str]] | None:
+        """Check each append in order against the index plus the appends before it.
+        Returns the events to write and each append's tentative outcome (a duplicate's
+        earlier result, a ``ConcurrencyError``, "write" or "repeat"); None if some caller expects
+        a version beyond what the index knows (and not ``final``)."""
+        versions: dict[str, int] = {}
+        commands: set[tuple[str, str]] = set()
+        now = max(int(time.time() * 1000), self._index.last_time)
+        writes: list[StoredEvent] = []
+        outcomes: dict[int, AppendResult | Exception | str] = {}
+        for p in batch:
+            key = (p.aggregate_id, p.command_id)
+            if key in self._index.commands:
+                outcomes[id(p)] = self._index.commands[key]
+                continue
+            if key in commands:
+                outcomes[id(p)] = "repeat"  # the same command twice in one batch
+                continue
+            current = versions.get(p.aggregate_id, self._index.versions.get(p.aggregate_id, 0))
+            if p.expected_version is not None and p.expected_version != current:
+                if p.expected_version > current and not final:
+                    return None
+                outcomes[id(p)] = ConcurrencyError(p.aggregate_id, p.expected_version, current)
+                continue
+            for i, (name, schema, data) in enumerate(p.events, start=1):
+                writes.append(StoredEvent(p.aggregate_id, p.aggregate_type, current + i, name,
+                                          schema, data, p.command_id, now, self.partition))
+            versions[p.aggregate_id] = current + len(p.events)
+            commands.add(key)
+            outcomes[id(p)] = "write"
+        return writes, outcomes
+
+    def _result_of(self, pending: PendingAppend, outcome: AppendResult | str,
+                   written: list[StoredEvent]) -> AppendResult:
+        if isinstance(outcome, AppendResult):
+            return outcome
+        mine = [ev for ev in written
+                if (ev.aggregate_id, ev.command_id) == (pending.aggregate_id, pending.command_id)]
+        return AppendResult(pending.aggregate_id, mine[0].version, mine[-1].version,
+                            self.partition, tuple(ev.offset for ev in mine), mine[0].recorded_at,
+                            duplicate=outcome == "repeat")
+
+    def _write(self, producer: Producer, events: list[StoredEvent]) -> list[StoredEvent]:
+        if not events:
+            return []
+        offsets: dict[int, int] = {}
+        failures: list[str] = []
+
+        def delivered(i: int) -> Callable[[KafkaError | None, Any], None]:
+            def report(err: KafkaError | None, msg: Any) -> None:
+                if err is not None:
+                    failures.append(err.str())
+                else:
+                    offsets[i] = int(msg.offset())
+            return report
+
+        producer.begin_transaction()
+        for i, ev in enumerate(events):
+            producer.produce(self.topic, key=ev.aggregate_id.encode(), value=ev.envelope(),
+                             partition=self.partition, timestamp=ev.recorded_at,
+                             on_delivery=delivered(i))
+        producer.commit_transaction(self.timeout)
+        producer.poll(0)
+        if failures or len(offsets) != len(events):
+            raise StoreError(f"append to {self.topic}[{self.partition}] not acknowledged: "
+                             f"{failures}")
+        return [StoredEvent(ev.aggregate_id, ev.aggregate_type, ev.version, ev.type, ev.schema,
+                            ev.data, ev.command_id, ev.recorded_at, self.partition, offsets[i])
+                for i, ev in enumerate(events)]
+
+    def _recover(self, producer: Producer, err: KafkaError) -> str:
+        if err.txn_requires_abort():
+            with contextlib.suppress(KafkaException):
+                producer.abort_transaction(self.timeout)
+        else:  # fenced, fatal, or an unknown outcome: take over again and re-read
+            self._producer = None
+        log.info("append to %s[%d] retried: %s", self.topic, self.partition, err.str())
+        return str(err.str())
+
+    # -- owning the partition ------------------------------------------------------------
+
+    def _own(self) -> Producer:
+        """The producer of the current epoch, after a takeover and catch-up if needed."""
+        if self._producer is not None:
+            return self._producer
+        producer = Producer({**self._config, "transactional.id": self.transactional_id,
+                             "enable.idempotence": True, "acks": "all", "linger.ms": 0,
+                             "transaction.timeout.ms": 60_000})
+        try:
+            producer.init_transactions(self.timeout)
+        except KafkaException as e:
+            raise StoreError(f"cannot become the writer of {self.topic}[{self.partition}]: "
+                             f"{e.args[0].str()}") from e
+        self.takeovers += 1
+        self._catch_up()
+        self._producer = producer
+        return producer
+
+    def _catch_up(self) -> None:
+        if self._reader is None:
+            self._reader = self._new_reader()
+        for m in self._reader.scan(self.topic, self.partition, self._index.position):
+            try:
+                self._index.apply(decode_envelope(m.value(), self.partition, m.offset() or 0))
+            except EventTypeError as e:  # a foreign record: not an event, skip it
+                log.warning("%s", e)
+                self._index.position = max(self._index.position, (m.offset() or 0) + 1)

@@ -33,11 +33,14 @@ class LogReader:
             "fetch.wait.max.ms": 1, "fetch.queue.backoff.ms": 0,
             "auto.offset.reset": "earliest"})
 
-    def scan(self, topic: str, partition: int, start: int,
-             until: int | None = None) -> Iterator[Message]:
+    def scan(self, topic: str, partition: int, start: int, until: int | None = None,
+             min_end: int = 0) -> Iterator[Message]:
         """Records of ``topic``/``partition`` from offset ``start`` to the end (or to just
-        before ``until``), in order. Raises ``StoreError`` if the broker does not answer
-        within ``timeout``. Stop iterating early freely."""
+        before ``until``), in order. The end is not before ``min_end``: Apache Kafka
+        acknowledges a commit before its markers are written, so a reader that must see
+        its own commit passes the offset after it. Raises ``StoreError`` if the broker
+        does not answer (or the end does not reach ``min_end``) within ``timeout``. Stop
+        iterating early freely."""
         if until is not None and until <= start:
             return
         self._consumer.assign([TopicPartition(topic, partition, start)])
@@ -58,7 +61,8 @@ class LogReader:
                             return
                         yield m
                     elif err.code() == KafkaError._PARTITION_EOF:
-                        return
+                        if (m.offset() or 0) >= min_end:
+                            return
                     elif err.fatal() or not err.retriable():
                         raise StoreError(f"reading {topic}[{partition}]: {err.str()}")
         except KafkaException as e:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -181,7 +182,8 @@ class EventStore:
         with self.reader() as r:
             until = None if until_time is None else r.offset_after_time(
                 self.topic, partition, until_time)
-            for m in r.scan(self.topic, partition, from_offset, until):
+            for m in r.scan(self.topic, partition, from_offset, until,
+                            min_end=self._appended_end(partition)):
                 if m.key() != key:
                     continue
                 ev = decode_envelope(m.value(), partition, m.offset() or 0)
@@ -193,6 +195,12 @@ class EventStore:
                 if ev.version == to_version:
                     break
         return found
+
+    def _appended_end(self, partition: int) -> int:
+        """The offset after this process's last append to ``partition`` (read your writes)."""
+        with self._lock:
+            writer = self._writers.get(partition)
+        return 0 if writer is None else writer.appended_end
 
     # -- snapshots -------------------------------------------------------------------------
 
@@ -243,11 +251,18 @@ class EventStore:
         except KafkaException as e:
             if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise StoreError(f"cannot create {topic}: {e.args[0].str()}") from e
-        try:
-            metadata = admin.list_topics(topic, timeout=self.timeout)
-        except KafkaException as e:
-            raise StoreError(f"cannot describe {topic}: {e.args[0].str()}") from e
-        return len(metadata.topics[topic].partitions)
+        deadline = time.monotonic() + self.timeout
+        while True:  # a new topic reaches the metadata a moment after it was created
+            try:
+                metadata = admin.list_topics(topic, timeout=self.timeout)
+            except KafkaException as e:
+                raise StoreError(f"cannot describe {topic}: {e.args[0].str()}") from e
+            found = metadata.topics.get(topic)
+            if found is not None and found.error is None and found.partitions:
+                return len(found.partitions)
+            if time.monotonic() > deadline:
+                raise StoreError(f"{topic} has no partitions after {self.timeout:g} s")
+            time.sleep(0.05)
 
     def _check_events_topic(self, admin: AdminClient) -> None:
         resource = ConfigResource(ConfigResource.Type.TOPIC, self.topic)

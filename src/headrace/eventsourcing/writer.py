@@ -144,6 +144,11 @@ class PartitionWriter:
             self._own()
             return self._index.commands.get((aggregate_id, command_id))
 
+    @property
+    def appended_end(self) -> int:
+        """The offset after the last event this writer committed or read (0: none yet)."""
+        return self._index.position
+
     def close(self) -> None:
         """Drop the producer (an open transaction is aborted by the next owner)."""
         with self._lock:

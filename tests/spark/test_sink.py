@@ -74,6 +74,21 @@ def test_bad_sink_input_fails_clearly(spark: SparkSession, broker: EmbeddedBroke
         sink(df, broker, **options)
 
 
+def test_batch_write_with_a_write_id_is_skipped_when_repeated(
+        spark: SparkSession, any_broker: Broker, topic_name: str) -> None:
+    """What ``foreachBatch`` needs: the same (writeId, writeSequence) writes once."""
+    create_topic(any_broker.bootstrap_servers, topic_name, 2)
+    df = spark.createDataFrame([(f"k{i}", f"v{i}") for i in range(50)], "key string, value string")
+    for sequence in (0, 0, 1, 1, 0):
+        sink(df.repartition(3), any_broker, topic=topic_name, writeId=f"w-{topic_name}",
+             writeSequence=str(sequence))
+    assert len(read_all(any_broker.bootstrap_servers, topic_name)) == 100
+    with pytest.raises(Exception, match="needs 'writeId'"):
+        sink(df, any_broker, topic=topic_name, writeSequence="3")
+    with pytest.raises(Exception, match="must be an integer"):
+        sink(df, any_broker, topic=topic_name, writeId="w", writeSequence="x")
+
+
 def _stream_copy(spark: SparkSession, broker: Broker, source_topic: str, out: str,
                  checkpoint: Path, delivery: str = "exactly-once") -> None:
     q = (spark.readStream.format("headrace")

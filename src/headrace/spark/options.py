@@ -38,7 +38,7 @@ _SOURCE_KEYS = frozenset({
     "valueschema", "eventtime", "deadlettertopic", "schemaregistryurl", "valueenvelope",
     "headrace.reader",
 })
-_SINK_KEYS = frozenset({"topic", "delivery", "schemaregistryurl"})
+_SINK_KEYS = frozenset({"topic", "delivery", "schemaregistryurl", "writeid", "writesequence"})
 
 OffsetSpec = int | dict[str, dict[int, int]]
 """A start or end: ``EARLIEST``, ``LATEST`` or explicit offsets per topic and partition."""
@@ -94,6 +94,11 @@ class SinkOptions:
     value_schema: str = ""
     value_schema_id: int | None = None
     """The registered Avro schema of the values (the driver fills both at query start)."""
+    write_id: str = ""
+    write_sequence: int = 0
+    """A batch write with ``writeId`` is exactly-once across re-runs: its tasks' markers
+    are keyed by the id, and a re-run of sequence ``n`` (e.g. ``foreachBatch``'s batch id)
+    is skipped once ``n`` committed."""
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -302,6 +307,17 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     if url and not opts.get("topic"):
         raise OptionError("option 'schemaRegistryUrl' needs the 'topic' option: the value "
                           "schema is registered under <topic>-value")
+    write_id = opts.get("writeid", "")
+    if write_id and not all(c.isalnum() or c in "-_." for c in write_id):
+        raise OptionError(f"option 'writeId' may hold letters, digits, '-', '_' and '.', "
+                          f"not {write_id!r}")
+    try:
+        sequence = int(opts.get("writesequence", "0"))
+    except ValueError as e:
+        raise OptionError(f"option 'writeSequence' must be an integer, not "
+                          f"{opts['writesequence']!r}") from e
+    if sequence < 0 or ("writesequence" in opts and not write_id):
+        raise OptionError("option 'writeSequence' must be >= 0 and needs 'writeId'")
     return SinkOptions(bootstrap_servers=bootstrap, topic=opts.get("topic") or None,
                        exactly_once=delivery == "exactly-once", client_configs=configs,
-                       schema_registry_url=url)
+                       schema_registry_url=url, write_id=write_id, write_sequence=sequence)

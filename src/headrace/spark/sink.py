@@ -249,12 +249,15 @@ def _task() -> Any:
 
 
 class BatchWriter(DataSourceArrowWriter):
-    """``df.write.format("headrace")``: one write id per job, so task retries are skipped."""
+    """``df.write.format("headrace")``: one write id per job, so task retries are skipped;
+    with the ``writeId``/``writeSequence`` options, re-runs of the same write are skipped
+    too (``foreachBatch(lambda df, n: df.write...option("writeId", q)
+    .option("writeSequence", n))`` is then exactly-once, as the streaming sink)."""
 
     def __init__(self, opts: SinkOptions, schema: StructType) -> None:
         opts = check_schema(opts, schema)
         self.opts = opts
-        self.write_id = uuid.uuid4().hex
+        self.write_id = opts.write_id or uuid.uuid4().hex
         if opts.exactly_once:
             ensure_marker_topic(opts)
 
@@ -262,7 +265,8 @@ class BatchWriter(DataSourceArrowWriter):
         partition = _task().partitionId()
         if not self.opts.exactly_once:
             return write_at_least_once(self.opts, iterator, partition)
-        return write_exactly_once(self.opts, iterator, self.write_id, partition, 0)
+        return write_exactly_once(self.opts, iterator, self.write_id, partition,
+                                  self.opts.write_sequence)
 
 
 class StreamWriter(DataSourceStreamArrowWriter):

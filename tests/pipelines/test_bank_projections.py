@@ -19,7 +19,7 @@ def run_commands(repo: Repository[Account], start: int, n: int) -> None:
     for i in range(start, start + n):
         name = f"acc-{i % 5}"
         if repo.load(name).version == 0:
-            repo.execute(name, lambda a: a.open(f"owner {name}"))
+            repo.execute(name, lambda a, n=name: a.open(f"owner {n}"))
         repo.execute(name, lambda a, i=i: a.deposit(100 + i))
         if i % 3 == 0:
             transfer(repo, name, f"acc-{(i + 1) % 5}", 50, f"t{i}")

@@ -58,7 +58,8 @@ def read_event_log(spark: SparkSession, bootstrap_servers: str, topic: str, *,
 
 def ensure_compacted(bootstrap_servers: str, topic: str, partitions: int = 1) -> None:
     """Create ``topic`` with ``cleanup.policy=compact`` unless it exists."""
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    # log_level 4: no info line about the admin handle's queue when it is dropped
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers, "log_level": 4})
     future = admin.create_topics([NewTopic(topic, partitions, -1,
                                            config={"cleanup.policy": "compact"})])[topic]
     try:

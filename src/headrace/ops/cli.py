@@ -320,8 +320,8 @@ def consume_command(
 @app.command()
 def demo(
     scenario: Annotated[
-        str, typer.Argument(help="fraud (Spark pipeline, the default) or payments "
-                                 "(broker round trip only).")
+        str, typer.Argument(help="fraud (Spark pipeline, the default), bank (event "
+                                 "sourcing and CQRS) or payments (broker round trip only).")
     ] = "fraud",
     rate: Annotated[
         float, typer.Option("--rate", min=1, help="fraud: transactions per second.")
@@ -363,8 +363,16 @@ def demo(
         if report.problems:
             raise VerificationError("verification failed: " + "; ".join(report.problems))
         return
+    if scenario == "bank":
+        from headrace.pipelines.bank.demo import run_bank_demo
+
+        bank = run_bank_demo(bootstrap_servers, stderr.print)
+        stdout.print(bank.render())
+        if bank.problems:
+            raise VerificationError("verification failed: " + "; ".join(bank.problems))
+        return
     if scenario != "fraud":
-        raise typer.BadParameter(f"unknown demo {scenario!r}: fraud or payments")
+        raise typer.BadParameter(f"unknown demo {scenario!r}: fraud, bank or payments")
     if engine not in ("realtime", "microbatch"):
         raise typer.BadParameter(f"unknown engine {engine!r}: realtime or microbatch")
     from headrace.pipelines.fraud.live import LiveSettings, run_live

@@ -22,10 +22,10 @@ from headrace.eventsourcing.errors import (
     StoreError,
 )
 from headrace.eventsourcing.events import EventTypes, StoredEvent
+from headrace.eventsourcing.index import AppendResult
 from headrace.eventsourcing.repository import Repository
 from headrace.eventsourcing.store import EventStore, Snapshot
 from headrace.eventsourcing.subscription import Subscription
-from headrace.eventsourcing.writer import AppendResult
 
 __all__ = [
     "Aggregate", "AggregateNotFound", "AppendResult", "ConcurrencyError", "EventSourcingError",

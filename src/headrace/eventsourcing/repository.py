@@ -9,8 +9,8 @@ from typing import Any, Generic, TypeVar
 from headrace.eventsourcing.aggregate import Aggregate
 from headrace.eventsourcing.errors import AggregateNotFound, ConcurrencyError, StoreError
 from headrace.eventsourcing.events import StoredEvent
+from headrace.eventsourcing.index import AppendResult
 from headrace.eventsourcing.store import EventStore, Snapshot
-from headrace.eventsourcing.writer import AppendResult
 
 A = TypeVar("A", bound=Aggregate)
 Decide = Callable[[A], Sequence[Any]]

@@ -29,8 +29,9 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from headrace.eventsourcing.errors import EventSourcingError, StoreError
 from headrace.eventsourcing.events import EventTypes, StoredEvent, decode_envelope
+from headrace.eventsourcing.index import AppendResult, PartitionIndex
 from headrace.eventsourcing.reading import LogReader
-from headrace.eventsourcing.writer import AppendResult, PartitionWriter, PendingAppend
+from headrace.eventsourcing.writer import PartitionWriter, PendingAppend
 from headrace.ops.partitioner import java_partition
 
 
@@ -78,6 +79,7 @@ class EventStore:
         self.config: dict[str, Any] = {"bootstrap.servers": bootstrap_servers,
                                        **(client_config or {})}
         self._writers: dict[int, PartitionWriter] = {}
+        self._indexes: dict[int, PartitionIndex] = {}
         self._readers: list[LogReader] = []
         self._lock = threading.Lock()
         self._snapshots: dict[str, Snapshot] = {}
@@ -150,11 +152,17 @@ class EventStore:
         with self._lock:
             writer = self._writers.get(partition)
             if writer is None:
-                writer = PartitionWriter(self.config, self.topic, partition,
+                writer = PartitionWriter(self.config, self._index_locked(partition),
                                          lambda: LogReader(self.config, self.timeout),
                                          self.timeout)
                 self._writers[partition] = writer
             return writer
+
+    def _index_locked(self, partition: int) -> PartitionIndex:
+        index = self._indexes.get(partition)
+        if index is None:
+            index = self._indexes[partition] = PartitionIndex(self.topic, partition)
+        return index
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -174,33 +182,40 @@ class EventStore:
     def read(self, aggregate_id: str, *, from_offset: int = 0, after_version: int = 0,
              to_version: int | None = None, until_time: int | None = None) -> list[StoredEvent]:
         """The aggregate's committed events with ``after_version < version <= to_version``
-        and ``recorded_at <= until_time`` (ms), in version order, reading its partition
-        from ``from_offset`` (a snapshot's offset + 1 saves reading what it folded)."""
+        and ``recorded_at <= until_time`` (ms), in version order. Brings the partition's
+        index up to date first (one fetch when nothing is new), then reads only the
+        aggregate's span, from ``from_offset`` if later (a snapshot's offset + 1)."""
         partition = self.partition_of(aggregate_id)
+        with self._lock:
+            index = self._index_locked(partition)
         key = aggregate_id.encode()
         found: list[StoredEvent] = []
         with self.reader() as r:
-            until = None if until_time is None else r.offset_after_time(
-                self.topic, partition, until_time)
-            for m in r.scan(self.topic, partition, from_offset, until,
-                            min_end=self._appended_end(partition)):
+            index.catch_up(r)
+            with index.lock:
+                span = index.spans.get(aggregate_id)
+                if span is None:
+                    return []
+                version, first, last = span.version, span.first_offset, span.last_offset
+            stop = version if to_version is None else min(version, to_version)
+            end = last + 1
+            if until_time is not None:
+                after = r.offset_after_time(self.topic, partition, until_time)
+                end = end if after is None else min(end, after)
+            if after_version >= stop:
+                return []
+            for m in r.scan(self.topic, partition, max(from_offset, first), end, min_end=end):
                 if m.key() != key:
                     continue
                 ev = decode_envelope(m.value(), partition, m.offset() or 0)
                 if ev.aggregate_id != aggregate_id or ev.version <= after_version:
                     continue
-                if to_version is not None and ev.version > to_version:
+                if ev.version > stop:
                     break
                 found.append(ev)
-                if ev.version == to_version:
+                if ev.version == stop:
                     break
         return found
-
-    def _appended_end(self, partition: int) -> int:
-        """The offset after this process's last append to ``partition`` (read your writes)."""
-        with self._lock:
-            writer = self._writers.get(partition)
-        return 0 if writer is None else writer.appended_end
 
     # -- snapshots -------------------------------------------------------------------------
 

@@ -17,10 +17,10 @@ Inside a process, appends to one partition are group-committed: concurrent calle
 their appends, whichever holds the partition's lock decides them all in order and writes
 them in one transaction. Outcomes are handed out only after the commit succeeded.
 
-The writer keeps an index of its partition: each aggregate's version and which command ids
-produced which versions (idempotent commands: a command id already applied returns its
-first result and writes nothing, even after a crash left its caller without an answer).
-Between takeovers only the tail since the last read is read again.
+The writer decides on the process's ``PartitionIndex``: each aggregate's version and which
+command ids produced which versions (idempotent commands: a command id already applied
+returns its first result and writes nothing, even after a crash left its caller without an
+answer). A takeover reads only the tail the index has not seen.
 """
 
 from __future__ import annotations
@@ -35,27 +35,13 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from headrace.eventsourcing.errors import ConcurrencyError, EventTypeError, StoreError
-from headrace.eventsourcing.events import StoredEvent, decode_envelope
+from headrace.eventsourcing.errors import ConcurrencyError, StoreError
+from headrace.eventsourcing.events import StoredEvent
+from headrace.eventsourcing.index import AppendResult, PartitionIndex
 from headrace.eventsourcing.reading import LogReader
 
 log = logging.getLogger("headrace.eventsourcing")
 _ATTEMPTS = 6
-
-
-@dataclass(frozen=True)
-class AppendResult:
-    """Where an append's events went: versions ``first_version..last_version`` of the
-    aggregate at ``offsets`` of ``partition``. ``duplicate``: the command id had been
-    applied before; nothing new was written and this describes the first application."""
-
-    aggregate_id: str
-    first_version: int
-    last_version: int
-    partition: int
-    offsets: tuple[int, ...]
-    recorded_at: int
-    duplicate: bool = False
 
 
 @dataclass
@@ -80,46 +66,20 @@ class PendingAppend:
         return self.result
 
 
-@dataclass
-class _Index:
-    """What the writer knows of its partition, up to ``position`` (next offset to read)."""
-
-    versions: dict[str, int] = field(default_factory=dict)
-    commands: dict[tuple[str, str], AppendResult] = field(default_factory=dict)
-    last_time: int = 0
-    position: int = 0
-
-    def apply(self, ev: StoredEvent) -> None:
-        """Fold one committed event in; idempotent (a re-read changes nothing)."""
-        self.versions[ev.aggregate_id] = max(self.versions.get(ev.aggregate_id, 0), ev.version)
-        self.last_time = max(self.last_time, ev.recorded_at)
-        self.position = max(self.position, ev.offset + 1)
-        key = (ev.aggregate_id, ev.command_id)
-        seen = self.commands.get(key)
-        if seen is None:
-            self.commands[key] = AppendResult(ev.aggregate_id, ev.version, ev.version,
-                                              ev.partition, (ev.offset,), ev.recorded_at, True)
-        elif ev.offset not in seen.offsets:
-            self.commands[key] = AppendResult(
-                ev.aggregate_id, min(seen.first_version, ev.version),
-                max(seen.last_version, ev.version), ev.partition,
-                tuple(sorted((*seen.offsets, ev.offset))), seen.recorded_at, True)
-
-
 class PartitionWriter:
     """Appends to ``topic``/``partition``; thread-safe; see the module docstring."""
 
-    def __init__(self, config: dict[str, Any], topic: str, partition: int,
+    def __init__(self, config: dict[str, Any], index: PartitionIndex,
                  reader: Callable[[], LogReader], timeout: float) -> None:
-        self.topic = topic
-        self.partition = partition
+        self.topic = topic = index.topic
+        self.partition = partition = index.partition
         self.transactional_id = f"headrace-es-{topic}-{partition}"
         self.timeout = timeout
         self._config = config
         self._new_reader = reader
         self._reader: LogReader | None = None
         self._producer: Producer | None = None
-        self._index = _Index()
+        self._index = index
         self._lock = threading.Lock()
         self._queue: list[PendingAppend] = []
         self._queue_lock = threading.Lock()
@@ -142,12 +102,8 @@ class PartitionWriter:
         partition over if this process does not own it."""
         with self._lock:
             self._own()
-            return self._index.commands.get((aggregate_id, command_id))
-
-    @property
-    def appended_end(self) -> int:
-        """The offset after the last event this writer committed or read (0: none yet)."""
-        return self._index.position
+            with self._index.lock:
+                return self._index.commands.get((aggregate_id, command_id))
 
     def close(self) -> None:
         """Drop the producer (an open transaction is aborted by the next owner)."""
@@ -168,14 +124,14 @@ class PartitionWriter:
             except StoreError as e:
                 last = str(e)
                 continue
-            decided = self._decide(batch)
-            if decided is None:
-                if not refreshed:  # a caller saw a version we have not: we may be stale
-                    refreshed = True
-                    self._producer = None
-                    continue
-                decided = self._decide(batch, final=True)
-                assert decided is not None
+            with self._index.lock:
+                decided = self._decide(batch)
+                if decided is None and refreshed:
+                    decided = self._decide(batch, final=True)
+            if decided is None:  # a caller saw a version we have not: we may be stale
+                refreshed = True
+                self._producer = None
+                continue
             writes, tentative = decided
             try:
                 written = self._write(producer, writes)
@@ -185,8 +141,9 @@ class PartitionWriter:
             except StoreError as e:  # not acknowledged: outcome unknown, take over again
                 self._producer, last = None, str(e)
                 continue
-            for ev in written:
-                self._index.apply(ev)
+            with self._index.lock:
+                for ev in written:
+                    self._index.apply(ev)
             for pending in batch:
                 outcome = tentative[id(pending)]
                 if isinstance(outcome, Exception):
@@ -206,7 +163,7 @@ class PartitionWriter:
         """Check each append in order against the index plus the appends before it.
         Returns the events to write and each append's tentative outcome (a duplicate's
         earlier result, a ``ConcurrencyError``, "write" or "repeat"); None if some caller expects
-        a version beyond what the index knows (and not ``final``)."""
+        a version beyond what the index knows (and not ``final``). Holds the index lock."""
         versions: dict[str, int] = {}
         commands: set[tuple[str, str]] = set()
         now = max(int(time.time() * 1000), self._index.last_time)
@@ -220,7 +177,7 @@ class PartitionWriter:
             if key in commands:
                 outcomes[id(p)] = "repeat"  # the same command twice in one batch
                 continue
-            current = versions.get(p.aggregate_id, self._index.versions.get(p.aggregate_id, 0))
+            current = versions.get(p.aggregate_id, self._index.version(p.aggregate_id))
             if p.expected_version is not None and p.expected_version != current:
                 if p.expected_version > current and not final:
                     return None
@@ -303,9 +260,4 @@ class PartitionWriter:
     def _catch_up(self) -> None:
         if self._reader is None:
             self._reader = self._new_reader()
-        for m in self._reader.scan(self.topic, self.partition, self._index.position):
-            try:
-                self._index.apply(decode_envelope(m.value(), self.partition, m.offset() or 0))
-            except EventTypeError as e:  # a foreign record: not an event, skip it
-                log.warning("%s", e)
-                self._index.position = max(self._index.position, (m.offset() or 0) + 1)
+        self._index.catch_up(self._reader)

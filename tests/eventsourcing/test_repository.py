@@ -36,6 +36,14 @@ def test_snapshot_plus_tail_equals_full_replay(store: EventStore, ops: list[tupl
     for version in range(full.version + 1):  # as of every version, with or without snapshot
         assert vars(repo.load(name, version=version)) == vars(
             repo.load(name, version=version, use_snapshot=False))
+    # The same from the log itself: another store (a new process) that caches nothing.
+    with EventStore(store.config["bootstrap.servers"], store.topic, store.types,
+                    cache_events=0) as cold:
+        uncached = Repository(cold, Account, snapshot_every=every)
+        assert vars(uncached.load(name)) == vars(full)
+        assert vars(uncached.load(name, use_snapshot=False)) == vars(full)
+        assert vars(uncached.load(name, version=full.version // 2)) == vars(
+            repo.load(name, version=full.version // 2))
 
 
 def test_as_of_a_time_equals_a_brute_force_fold(store: EventStore) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from headrace.eventsourcing.errors import EventTypeError
@@ -49,11 +50,19 @@ class Span:
 @dataclass
 class PartitionIndex:
     """The index of ``topic``/``partition`` up to ``position`` (the next offset to read).
-    Mutate and read under ``lock``; ``catch_up`` takes it itself."""
+    Mutate and read under ``lock``; ``catch_up`` takes it itself.
+
+    It also caches the events of recently used aggregates (``cache_limit`` events in all,
+    least recently used aggregates evicted whole), kept complete from each one's first
+    event: a load of a cached aggregate reads nothing but the partition's new tail. Events
+    of a partition are interleaved, so a miss reads the aggregate's whole offset span."""
 
     topic: str
     partition: int
+    cache_limit: int = 100_000
     spans: dict[str, Span] = field(default_factory=dict)
+    cache: OrderedDict[str, list[StoredEvent]] = field(default_factory=OrderedDict)
+    cached_events: int = 0
     commands: dict[tuple[str, str], AppendResult] = field(default_factory=dict)
     last_time: int = 0
     position: int = 0
@@ -69,8 +78,14 @@ class PartitionIndex:
         span = self.spans.get(ev.aggregate_id)
         if span is None:
             self.spans[ev.aggregate_id] = Span(ev.version, ev.offset, ev.offset)
+            self.remember(ev.aggregate_id, [ev])
         elif ev.version > span.version:
             span.version, span.last_offset = ev.version, ev.offset
+            cached = self.cache.get(ev.aggregate_id)
+            if cached is not None and cached[-1].version == ev.version - 1:
+                cached.append(ev)
+                self.cached_events += 1
+                self._evict()
         self.last_time = max(self.last_time, ev.recorded_at)
         self.position = max(self.position, ev.offset + 1)
         key = (ev.aggregate_id, ev.command_id)
@@ -83,6 +98,27 @@ class PartitionIndex:
                 ev.aggregate_id, min(seen.first_version, ev.version),
                 max(seen.last_version, ev.version), ev.partition,
                 tuple(sorted((*seen.offsets, ev.offset))), seen.recorded_at, True)
+
+    def cached(self, aggregate_id: str) -> list[StoredEvent] | None:
+        """The aggregate's events from its first, if cached (marks it recently used)."""
+        events = self.cache.get(aggregate_id)
+        if events is not None:
+            self.cache.move_to_end(aggregate_id)
+        return events
+
+    def remember(self, aggregate_id: str, events: list[StoredEvent]) -> None:
+        """Cache an aggregate's events, complete from version 1."""
+        if not events or events[0].version != 1 or len(events) > self.cache_limit:
+            return
+        old = self.cache.pop(aggregate_id, None)
+        self.cached_events += len(events) - (len(old) if old else 0)
+        self.cache[aggregate_id] = events
+        self._evict()
+
+    def _evict(self) -> None:
+        while self.cached_events > self.cache_limit and self.cache:
+            _, dropped = self.cache.popitem(last=False)
+            self.cached_events -= len(dropped)
 
     def catch_up(self, reader: LogReader) -> None:
         """Read what the partition gained since ``position``, up to its end; at least up to

@@ -70,18 +70,6 @@ class LogReader:
         finally:
             self._consumer.unassign()
 
-    def offset_after_time(self, topic: str, partition: int, time_ms: int) -> int | None:
-        """The first offset whose timestamp is after ``time_ms``, or None if there is none
-        yet (the time index: ListOffsets by timestamp)."""
-        try:
-            found = self._consumer.offsets_for_times(
-                [TopicPartition(topic, partition, time_ms + 1)], timeout=self.timeout)
-        except KafkaException as e:
-            raise StoreError(f"offsets for time in {topic}[{partition}]: "
-                             f"{e.args[0].str()}") from e
-        offset = found[0].offset
-        return None if offset < 0 else int(offset)
-
     def close(self) -> None:
         """Release the consumer. Idempotent."""
         if not self._closed:

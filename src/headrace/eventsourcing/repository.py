@@ -36,13 +36,16 @@ class Repository(Generic[A]):
         self.snapshot_every = snapshot_every
 
     def load(self, aggregate_id: str, *, version: int | None = None,
-             at: dt.datetime | int | None = None, use_snapshot: bool = True) -> A:
+             at: dt.datetime | int | None = None, use_snapshot: bool | None = None) -> A:
         """The aggregate folded from its events, all of them, or up to ``version``, or up to
         those recorded at or before ``at`` (time travel). An aggregate without events
-        (then) comes back at version 0."""
+        (then) comes back at version 0. ``use_snapshot`` (default: when this repository
+        writes snapshots) starts from the latest usable snapshot."""
         until = None if at is None else epoch_ms(at)
         agg = self.cls(aggregate_id)
         start = 0
+        if use_snapshot is None:
+            use_snapshot = self.snapshot_every > 0
         snap = self.store.snapshot(aggregate_id) if use_snapshot else None
         if snap is not None and self._usable(snap, version, until):
             agg.restore_state(snap.state)
@@ -67,12 +70,22 @@ class Repository(Generic[A]):
         With ``command_id`` the command applies at most once, across crashes and processes:
         a repeat returns the current aggregate and the first result (``duplicate=True``),
         even if the command would now be rejected. Returns the aggregate after the command
-        and the append's result (None if the command decided no events)."""
-        for attempt in range(retries + 1):
+        and the append's result (None if the command decided no events).
+
+        A rejection is confirmed before it is raised: the store is refreshed (a takeover of
+        the partition, which sees every acknowledged commit) and the command decided once
+        more, so a load that lagged another process's commit never rejects wrongly."""
+        conflicts = 0
+        confirmed = False
+        while True:
             agg = self.load(aggregate_id)
             try:
                 events = list(decide(agg))
             except Exception:
+                if not confirmed:  # the load may have missed a commit: confirm, re-decide
+                    confirmed = True
+                    self.store.refresh(aggregate_id)
+                    continue
                 earlier = (self.store.command_result(aggregate_id, command_id)
                            if command_id else None)
                 if earlier is not None:
@@ -85,7 +98,8 @@ class Repository(Generic[A]):
                                            aggregate_type=self.cls.type_name(),
                                            command_id=command_id)
             except ConcurrencyError:
-                if attempt == retries:
+                conflicts += 1
+                if conflicts > retries:
                     raise
                 continue
             if result.duplicate:
@@ -95,7 +109,6 @@ class Repository(Generic[A]):
             agg.version, agg.recorded_at = result.last_version, result.recorded_at
             self._maybe_snapshot(agg, result)
             return agg, result
-        raise AssertionError("unreachable")
 
     def snapshot(self, agg: A, offset: int) -> None:
         """Write a snapshot of ``agg`` whose last event is at ``offset``."""

@@ -65,17 +65,24 @@ class EventStore:
     """Events of many aggregates in ``topic`` on the cluster at ``bootstrap_servers``.
 
     Thread-safe. ``client_config`` is extra librdkafka configuration for every client
-    (security settings, for instance); ``timeout`` (s) bounds each broker wait. Call
-    ``start`` first (or use it as a context manager)."""
+    (security settings, for instance); ``timeout`` (s) bounds each broker wait;
+    ``cache_events``: events cached per partition (``PartitionIndex``). Call ``start``
+    first (or use it as a context manager).
+
+    Cost model: the first load or append on a partition reads that partition once to
+    build its index (as a Kafka Streams store restores from its changelog); afterwards
+    each load costs one fetch of the new tail plus, for an aggregate not in the cache,
+    a read of its offset span (from its latest snapshot, if the repository uses them)."""
 
     def __init__(self, bootstrap_servers: str, topic: str, types: EventTypes, *,
                  partitions: int = 4, client_config: dict[str, Any] | None = None,
-                 timeout: float = 30.0) -> None:
+                 timeout: float = 30.0, cache_events: int = 100_000) -> None:
         self.topic = topic
         self.snapshot_topic = f"{topic}.snapshots"
         self.types = types
         self.timeout = timeout
         self.partitions = partitions
+        self.cache_events = cache_events
         self.config: dict[str, Any] = {"bootstrap.servers": bootstrap_servers,
                                        **(client_config or {})}
         self._writers: dict[int, PartitionWriter] = {}
@@ -148,6 +155,12 @@ class EventStore:
         return self._writer(self.partition_of(aggregate_id)).command_result(
             aggregate_id, command_id)
 
+    def refresh(self, aggregate_id: str) -> None:
+        """Make the next load of the aggregate see every commit acknowledged before this
+        call, in any process (``PartitionWriter.refresh``). A load alone may lag another
+        process's commit by the moment Apache Kafka takes to write its markers."""
+        self._writer(self.partition_of(aggregate_id)).refresh()
+
     def _writer(self, partition: int) -> PartitionWriter:
         with self._lock:
             writer = self._writers.get(partition)
@@ -161,7 +174,8 @@ class EventStore:
     def _index_locked(self, partition: int) -> PartitionIndex:
         index = self._indexes.get(partition)
         if index is None:
-            index = self._indexes[partition] = PartitionIndex(self.topic, partition)
+            index = self._indexes[partition] = PartitionIndex(self.topic, partition,
+                                                              self.cache_events)
         return index
 
     # -- reading ---------------------------------------------------------------------------
@@ -183,37 +197,42 @@ class EventStore:
              to_version: int | None = None, until_time: int | None = None) -> list[StoredEvent]:
         """The aggregate's committed events with ``after_version < version <= to_version``
         and ``recorded_at <= until_time`` (ms), in version order. Brings the partition's
-        index up to date first (one fetch when nothing is new), then reads only the
-        aggregate's span, from ``from_offset`` if later (a snapshot's offset + 1)."""
+        index up to date first (one fetch when nothing is new); then answers from the
+        index's cache, or reads the aggregate's offset span (from ``from_offset`` if later:
+        a snapshot's offset + 1) when that is less than the span."""
         partition = self.partition_of(aggregate_id)
         with self._lock:
             index = self._index_locked(partition)
-        key = aggregate_id.encode()
-        found: list[StoredEvent] = []
         with self.reader() as r:
             index.catch_up(r)
             with index.lock:
                 span = index.spans.get(aggregate_id)
                 if span is None:
                     return []
+                cached = index.cached(aggregate_id)
                 version, first, last = span.version, span.first_offset, span.last_offset
             stop = version if to_version is None else min(version, to_version)
-            end = last + 1
-            if until_time is not None:
-                after = r.offset_after_time(self.topic, partition, until_time)
-                end = end if after is None else min(end, after)
-            if after_version >= stop:
-                return []
-            for m in r.scan(self.topic, partition, max(from_offset, first), end, min_end=end):
-                if m.key() != key:
-                    continue
-                ev = decode_envelope(m.value(), partition, m.offset() or 0)
-                if ev.aggregate_id != aggregate_id or ev.version <= after_version:
-                    continue
-                if ev.version > stop:
-                    break
+            if cached is None:
+                if from_offset <= first or after_version == 0:
+                    cached = self._scan(r, aggregate_id, partition, first, last, version)
+                    with index.lock:
+                        index.remember(aggregate_id, cached)
+                else:  # a snapshot's tail: read only that
+                    cached = self._scan(r, aggregate_id, partition, from_offset, last, version)
+        return [ev for ev in cached if after_version < ev.version <= stop
+                and (until_time is None or ev.recorded_at <= until_time)]
+
+    def _scan(self, r: LogReader, aggregate_id: str, partition: int, start: int, last: int,
+              version: int) -> list[StoredEvent]:
+        key = aggregate_id.encode()
+        found: list[StoredEvent] = []
+        for m in r.scan(self.topic, partition, start, last + 1, min_end=last + 1):
+            if m.key() != key:
+                continue
+            ev = decode_envelope(m.value(), partition, m.offset() or 0)
+            if ev.aggregate_id == aggregate_id and ev.version <= version:
                 found.append(ev)
-                if ev.version == stop:
+                if ev.version == version:
                     break
         return found
 

@@ -105,6 +105,14 @@ class PartitionWriter:
             with self._index.lock:
                 return self._index.commands.get((aggregate_id, command_id))
 
+    def refresh(self) -> None:
+        """Take the partition over now and read what it gained: afterwards the index holds
+        every commit acknowledged to anyone before this call (a takeover waits for commits
+        in flight to complete). Costs the other writers a takeover of their own."""
+        with self._lock:
+            self._producer = None
+            self._own()
+
     def close(self) -> None:
         """Drop the producer (an open transaction is aborted by the next owner)."""
         with self._lock:

@@ -129,9 +129,9 @@ class PartitionWriter:
         for _ in range(_ATTEMPTS):
             try:
                 producer = self._own()
-            except StoreError as e:
+            except StoreError as e:  # the broker refused or is gone: say so now
                 last = str(e)
-                continue
+                break
             with self._index.lock:
                 decided = self._decide(batch)
                 if decided is None and refreshed:

@@ -19,6 +19,7 @@ from rich.markup import escape
 
 from headrace.errors import HeadraceError
 from headrace.ops import (
+    bank_cli,
     capacity_cli,
     cdc_cli,
     groups_cli,
@@ -46,6 +47,7 @@ app.add_typer(groups_cli.app)
 app.add_typer(transactions_cli.app)
 app.add_typer(registry_cli.app)
 app.add_typer(cdc_cli.app)
+app.add_typer(bank_cli.app)
 app.command("registry")(registry_cli.registry)
 app.command("capacity")(capacity_cli.capacity)
 

@@ -39,6 +39,7 @@ from headrace.eventsourcing.errors import ConcurrencyError, StoreError
 from headrace.eventsourcing.events import StoredEvent
 from headrace.eventsourcing.index import AppendResult, PartitionIndex
 from headrace.eventsourcing.reading import LogReader
+from headrace.fencing import fenced_producer
 
 log = logging.getLogger("headrace.eventsourcing")
 _ATTEMPTS = 6
@@ -252,11 +253,8 @@ class PartitionWriter:
         """The producer of the current epoch, after a takeover and catch-up if needed."""
         if self._producer is not None:
             return self._producer
-        producer = Producer({**self._config, "transactional.id": self.transactional_id,
-                             "enable.idempotence": True, "acks": "all", "linger.ms": 0,
-                             "transaction.timeout.ms": 60_000})
         try:
-            producer.init_transactions(self.timeout)
+            producer = fenced_producer(self._config, self.transactional_id, self.timeout)
         except KafkaException as e:
             raise StoreError(f"cannot become the writer of {self.topic}[{self.partition}]: "
                              f"{e.args[0].str()}") from e

@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
+from headrace.fencing import fenced_producer
 from headrace.registry.errors import StoreError, StoreTimeout
 from headrace.registry.state import Record, State
 
@@ -219,11 +220,8 @@ class SchemaStore:
         the fold caught up with everything committed before it."""
         if self._producer is not None:
             return self._producer
-        producer = Producer({**self._config, "transactional.id": self.transactional_id,
-                             "enable.idempotence": True, "acks": "all", "linger.ms": 0,
-                             "transaction.timeout.ms": 60_000})
         try:
-            producer.init_transactions(self.timeout)
+            producer = fenced_producer(self._config, self.transactional_id, self.timeout)
         except KafkaException as e:
             raise StoreError(f"cannot become the writer of {self.topic}: "
                              f"{e.args[0].str()}") from e

@@ -25,6 +25,7 @@ from types import TracebackType
 from headrace.errors import HeadraceError
 
 READY_PREFIX = "headrace broker listening on "
+METRICS_PREFIX = "headrace broker metrics on "
 
 
 class EmbeddedBrokerError(HeadraceError):
@@ -94,6 +95,7 @@ class EmbeddedBroker(_ServerProcess):
         self._own_dir = data_dir is None
         self.data_dir = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="headrace-"))
         self.extra_args = list(extra_args or [])
+        self.metrics_url: str | None = None  # with "--metrics-port": the scrape URL
         # the command that runs headrace's CLI; tests substitute one with a fault hook
         self.launcher = list(launcher or [sys.executable, "-m", "headrace"])
         self.host = host
@@ -119,6 +121,8 @@ class EmbeddedBroker(_ServerProcess):
                                         text=True, env=env)
         line = self._wait_ready(READY_PREFIX, self.start_timeout, "broker")
         self.port = int(line.strip().rsplit(":", 1)[1])
+        self.metrics_url = next((ln.strip().rsplit(" ", 1)[1] for ln in self.output
+                                 if ln.startswith(METRICS_PREFIX)), None)
         return self
 
     def restart(self) -> EmbeddedBroker:

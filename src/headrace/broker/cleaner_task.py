@@ -92,6 +92,8 @@ async def run_cleaner(state: BrokerState) -> None:
                 log.exception("cleaning %s failed", name)
                 await asyncio.sleep(backoff)
                 continue
+            state.metrics.cleaned(stats.bytes_read, stats.bytes_written,
+                                  stats.records_read - stats.records_kept, stats.duration_s)
             if stats.aborted:
                 log.info("cleaning %s gave up: its segments changed meanwhile", name)
                 continue

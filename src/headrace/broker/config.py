@@ -52,3 +52,6 @@ class BrokerConfig:
     offsets_retention_check_interval_ms: int = 600_000
     # Largest committed-offset metadata string (Kafka's offset.metadata.max.bytes).
     offset_metadata_max_bytes: int = 4096
+    # Serve Prometheus metrics over HTTP on this port (0: a free one; None: off), on
+    # ``host``; the address is printed as ``headrace broker metrics on http://...``.
+    metrics_port: int | None = None

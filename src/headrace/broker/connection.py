@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import struct
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +58,9 @@ class Connection:
 
     async def serve(self) -> None:
         writer_task = asyncio.get_running_loop().create_task(self._write_loop())
+        metrics = self.state.metrics
+        metrics.connections_active += 1
+        metrics.connections_total += 1
         try:
             await self._read_loop()
             # Peer finished sending: answer what it asked for, then close.
@@ -69,6 +73,7 @@ class Connection:
         except Exception:  # supervisor: one bad request never takes the broker down
             log.exception("%s: request failed; closing the connection", self.peer)
         finally:
+            metrics.connections_active -= 1
             writer_task.cancel()
             with contextlib.suppress(BaseException):
                 await writer_task
@@ -109,7 +114,9 @@ class Connection:
         except Exception as e:
             raise FramingError(f"undecodable {spec.request_class.__name__} v{version}: {e}") from e
         ctx = RequestContext(self.state, version, header.client_id, self.peer)
+        started = time.perf_counter()
         response = await spec.handle(ctx, request)
+        self.state.metrics.request(header.api_key, time.perf_counter() - started)
         if response is None:
             return None
         flexible = spec.flexible(version) and header.api_key != API_VERSIONS_KEY

@@ -15,6 +15,7 @@ from headrace.broker import handlers
 from headrace.broker.cleaner_task import run_cleaner
 from headrace.broker.config import BrokerConfig
 from headrace.broker.connection import Connection
+from headrace.broker.metrics import serve_metrics
 from headrace.broker.state import BrokerState
 
 log = logging.getLogger("headrace.broker")
@@ -65,6 +66,12 @@ async def serve(config: BrokerConfig, stop: asyncio.Event | None = None,
                   loop.create_task(_offsets_retention_loop(state))]
     if config.cleaner.enabled:
         background.append(loop.create_task(run_cleaner(state)))
+    metrics_server = None
+    if config.metrics_port is not None:
+        metrics_server = await serve_metrics(state, config.host, config.metrics_port)
+        metrics_port = metrics_server.sockets[0].getsockname()[1]
+        print(f"headrace broker metrics on http://{config.host}:{metrics_port}/metrics",
+              flush=True)
     print(f"headrace broker listening on {config.host}:{state.port}", flush=True)
     if on_listening is not None:
         on_listening(state.port)
@@ -77,6 +84,8 @@ async def serve(config: BrokerConfig, stop: asyncio.Event | None = None,
         for task in background:
             task.cancel()
         await asyncio.gather(*background, return_exceptions=True)
+        if metrics_server is not None:
+            metrics_server.close()
         server.close()
         for task in list(connections):
             task.cancel()

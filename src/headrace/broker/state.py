@@ -9,12 +9,13 @@ import asyncio
 import logging
 import uuid
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from headrace.broker.config import BrokerConfig
 from headrace.broker.groups.consumer_coordinator import ConsumerGroupCoordinator
 from headrace.broker.groups.coordinator import GroupCoordinator
 from headrace.broker.groups.offsets import OffsetStore
+from headrace.broker.metrics import BrokerMetrics
 from headrace.broker.txn.coordinator import TransactionCoordinator
 from headrace.broker.txn.log import TransactionLog
 from headrace.protocol.errors import ErrorCode, KafkaProtocolError
@@ -141,6 +142,7 @@ class BrokerState:
     txns: TransactionCoordinator
     consumer_groups: ConsumerGroupCoordinator
     port: int = 0
+    metrics: BrokerMetrics = field(default_factory=BrokerMetrics)
 
     @classmethod
     def open(cls, config: BrokerConfig) -> BrokerState:

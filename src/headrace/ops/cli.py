@@ -152,6 +152,10 @@ def broker(
         int | None, typer.Option(min=0, max=65535, help="Also run a schema registry on this "
                                  "HTTP port (its schemas in this broker's _schemas topic).")
     ] = None,
+    metrics_port: Annotated[
+        int | None, typer.Option(min=0, max=65535, help="Serve Prometheus metrics on this "
+                                 "HTTP port (GET /metrics); 0 picks a free one.")
+    ] = None,
 ) -> None:
     """Run a broker in the foreground until Ctrl-C (SIGINT) or SIGTERM."""
     from dataclasses import replace
@@ -188,6 +192,7 @@ def broker(
         consumer_groups=ConsumerGroupConfig(
             session_timeout_ms=group_consumer_session_timeout_ms,
             heartbeat_interval_ms=group_consumer_heartbeat_interval_ms),
+        metrics_port=metrics_port,
     )
     children: list[subprocess.Popen[bytes]] = []
 

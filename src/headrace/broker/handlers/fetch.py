@@ -64,6 +64,7 @@ def _read_all(
                 length = 0 if region is None else region.length
                 if region is not None:
                     regions.append(region)
+                    ctx.state.metrics.fetched((name, p.partition), length)
                 total += length
                 aborted = plog.aborted_between(p.fetch_offset, lso) if read_committed else None
                 parts.append(FetchPartition(

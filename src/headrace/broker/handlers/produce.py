@@ -78,6 +78,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                     data, headers, partition_log.config, int(time.time() * 1000),
                     f"{topic_data.name}-{pd.index}")
                 result = partition_log.append(data, headers)
+                state.metrics.produced((topic_data.name, pd.index), len(data),
+                                       result.last_offset - result.base_offset + 1)
                 state.notifier.notify((topic_data.name, pd.index))
                 cfg = partition_log.config
                 if cfg.flush_on_ack or partition_log.unflushed_messages >= cfg.flush_messages:

@@ -63,12 +63,16 @@ class BrokerSpec:
     @property
     def name(self) -> str:
         if self.kind == "headrace":
+            if "--metrics-port" in self.extra_args:
+                return "headrace --metrics-port"
             return "headrace --fsync" if self.fsync else "headrace"
         return self.kind
 
     @property
     def key(self) -> str:
         """The name used by the scripts' ``--brokers`` filter."""
+        if "--metrics-port" in self.extra_args:
+            return "headrace-metrics"
         return "headrace-fsync" if self.fsync else self.kind
 
 
@@ -77,6 +81,8 @@ ALL_SPECS: tuple[BrokerSpec, ...] = (
     BrokerSpec("headrace", fsync=True),
     BrokerSpec("tansu"),
 )
+# headrace counting its Prometheus metrics (throughput.py measures what that costs).
+METRICS_SPEC = BrokerSpec("headrace", extra_args=("--metrics-port", "0"))
 
 
 def select_specs(keys: str, allowed: tuple[BrokerSpec, ...] = ALL_SPECS) -> list[BrokerSpec]:

@@ -28,7 +28,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from brokers import ALL_SPECS, BrokerSpec, create_topic, running, select_specs
+from brokers import ALL_SPECS, METRICS_SPEC, BrokerSpec, create_topic, running, select_specs
 from clients import Phase, consume, cpu_seconds, produce
 from report import (
     BENCHMARKS_MD,
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--brokers",
         default="all",
-        help="comma-separated: headrace, headrace-fsync, tansu (default all)",
+        help="comma-separated: headrace, headrace-metrics, headrace-fsync, tansu (default all)",
     )
     ap.add_argument("--sizes", default="100,1024", help="record value sizes in bytes")
     ap.add_argument("--partitions", default="1,8", help="partition counts")
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
 
-    specs = select_specs(args.brokers, ALL_SPECS)
+    specs = select_specs(args.brokers, (*ALL_SPECS[:1], METRICS_SPEC, *ALL_SPECS[1:]))
     cells: list[Cell] = []
     for size in (int(s) for s in args.sizes.split(",")):
         n = args.records or DEFAULT_RECORDS.get(size, max(1, 100_000_000 // size))

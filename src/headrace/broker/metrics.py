@@ -94,6 +94,20 @@ class BrokerMetrics:
         self.cleaner_seconds += seconds
 
 
+class NullMetrics(BrokerMetrics):
+    """What a broker without ``--metrics-port`` keeps: connections only; the hot paths'
+    calls do nothing (so metrics cost nothing when nobody scrapes)."""
+
+    def request(self, api_key: int, seconds: float) -> None:
+        pass
+
+    def produced(self, tp: TopicPartition, nbytes: int, records: int) -> None:
+        pass
+
+    def fetched(self, tp: TopicPartition, nbytes: int) -> None:
+        pass
+
+
 def record_timestamp(plog: PartitionLog, offset: int) -> int | None:
     """The timestamp (ms) of the record at ``offset``, or of the first one after it; None
     past the end or if its batch cannot be decoded."""

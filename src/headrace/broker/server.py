@@ -15,7 +15,7 @@ from headrace.broker import handlers
 from headrace.broker.cleaner_task import run_cleaner
 from headrace.broker.config import BrokerConfig
 from headrace.broker.connection import Connection
-from headrace.broker.metrics import serve_metrics
+from headrace.broker.metrics import NullMetrics, serve_metrics
 from headrace.broker.state import BrokerState
 
 log = logging.getLogger("headrace.broker")
@@ -31,6 +31,8 @@ async def serve(config: BrokerConfig, stop: asyncio.Event | None = None,
     ``on_listening(port)`` is called once the broker accepts connections."""
     started = time.monotonic()
     state = BrokerState.open(config)
+    if config.metrics_port is None:
+        state.metrics = NullMetrics()
     logs = state.logs
     if logs.recovered_uncleanly:
         log.warning("recovered after an unclean shutdown; truncated %d torn bytes",

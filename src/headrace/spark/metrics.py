@@ -1,0 +1,153 @@
+"""Prometheus metrics of Spark Structured Streaming queries, from their progress events.
+
+``serve_pipeline_metrics(spark, port)`` registers a ``StreamingQueryListener`` that keeps
+each query's latest ``StreamingQueryProgress`` (and running totals), and serves them over
+HTTP in the broker's style (``headrace_pipeline_*``, label ``query``: the query's name, or
+its id when it has none):
+
+- input and processing rates (rows/s), rows in the last batch and in all batches;
+- batch duration (the last batch's ``durationMs.triggerExecution``) and batch id;
+- watermark delay: how far the query's event-time watermark is behind the wall clock;
+- late rows: rows the stateful operators dropped as later than the watermark (Spark's
+  ``numRowsDroppedByWatermark``; the toolkit's late side output is a topic, counted by the
+  broker's metrics);
+- state rows and state memory (summed over stateful operators);
+- whether the query is active.
+
+The listener runs on the driver; progress arrives after each micro-batch.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming.listener import StreamingQueryListener
+
+
+@dataclass
+class _Query:
+    name: str
+    active: bool = True
+    progress: dict[str, Any] | None = None
+    rows_total: int = 0
+    late_total: int = 0
+    batches: int = 0
+
+
+def _ms(text: str) -> float | None:
+    try:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000
+    except (ValueError, AttributeError):
+        return None
+
+
+class PipelineMetrics(StreamingQueryListener, Collector):
+    """Listener and Prometheus collector in one; thread-safe (events come on a listener
+    thread, scrapes on the HTTP server's)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self._queries: dict[str, _Query] = {}
+
+    # -- listener ----------------------------------------------------------------------------
+
+    def onQueryStarted(self, event: Any) -> None:
+        with self._lock:  # a restart from the checkpoint keeps the query id and its totals
+            q = self._queries.setdefault(str(event.id), _Query(event.name or str(event.id)))
+            q.active = True
+
+    def onQueryProgress(self, event: Any) -> None:
+        progress = json.loads(event.progress.json)
+        late = sum(int(op.get("numRowsDroppedByWatermark") or 0)
+                   for op in progress.get("stateOperators") or [])
+        with self._lock:
+            q = self._queries.setdefault(str(progress["id"]),
+                                         _Query(progress.get("name") or str(progress["id"])))
+            q.progress = progress
+            q.rows_total += int(progress.get("numInputRows") or 0)
+            q.late_total += late
+            q.batches += 1
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        with self._lock:
+            q = self._queries.get(str(event.id))
+            if q is not None:
+                q.active = False
+
+    # -- collector ---------------------------------------------------------------------------
+
+    def collect(self) -> Iterator[Metric]:
+        now_ms = time.time() * 1000
+        g = {name: GaugeMetricFamily(f"headrace_pipeline_{name}", text, labels=["query"])
+             for name, text in (
+                 ("active", "1 while the query runs."),
+                 ("input_rows_per_second", "Input rate of the last batch."),
+                 ("processed_rows_per_second", "Processing rate of the last batch."),
+                 ("batch_input_rows", "Rows the last batch read."),
+                 ("batch_duration_seconds", "Duration of the last batch."),
+                 ("batch_id", "Id of the last batch."),
+                 ("watermark_delay_seconds", "Wall clock minus the event-time watermark."),
+                 ("state_rows", "Rows in state, over the stateful operators."),
+                 ("state_memory_bytes", "Memory used by state, over the stateful operators."))}
+        c = {name: CounterMetricFamily(f"headrace_pipeline_{name}", text, labels=["query"])
+             for name, text in (("input_rows", "Rows read, all batches."),
+                                ("late_rows", "Rows dropped as late by the watermark."),
+                                ("batches", "Micro-batches completed."))}
+        with self._lock:
+            queries = [(q.name, q.active, q.progress, q.rows_total, q.late_total, q.batches)
+                       for q in self._queries.values()]
+        for name, active, progress, rows, late, batches in queries:
+            label = [name]
+            g["active"].add_metric(label, 1 if active else 0)
+            c["input_rows"].add_metric(label, rows)
+            c["late_rows"].add_metric(label, late)
+            c["batches"].add_metric(label, batches)
+            if progress is None:
+                continue
+            g["input_rows_per_second"].add_metric(
+                label, float(progress.get("inputRowsPerSecond") or 0.0))
+            g["processed_rows_per_second"].add_metric(
+                label, float(progress.get("processedRowsPerSecond") or 0.0))
+            g["batch_input_rows"].add_metric(label, int(progress.get("numInputRows") or 0))
+            duration = (progress.get("durationMs") or {}).get("triggerExecution")
+            if duration is not None:
+                g["batch_duration_seconds"].add_metric(label, duration / 1000)
+            g["batch_id"].add_metric(label, int(progress.get("batchId") or 0))
+            watermark = _ms((progress.get("eventTime") or {}).get("watermark", ""))
+            if watermark is not None and watermark > 0:
+                g["watermark_delay_seconds"].add_metric(label, max(now_ms - watermark, 0) / 1000)
+            ops = progress.get("stateOperators") or []
+            if ops:
+                g["state_rows"].add_metric(label, sum(int(o.get("numRowsTotal") or 0)
+                                                      for o in ops))
+                g["state_memory_bytes"].add_metric(label, sum(int(o.get("memoryUsedBytes") or 0)
+                                                              for o in ops))
+        yield from g.values()
+        yield from c.values()
+
+
+def serve_pipeline_metrics(spark: SparkSession, port: int = 0,
+                           host: str = "127.0.0.1") -> tuple[PipelineMetrics, str]:
+    """Register a ``PipelineMetrics`` listener on ``spark`` and serve it on ``host:port``
+    (0: a free port). Returns the listener and the scrape URL. The HTTP server is a daemon
+    thread; ``spark.streams.removeListener(listener)`` stops the updates."""
+    listener = PipelineMetrics()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(listener)
+    server, _thread = start_http_server(port, addr=host, registry=registry)
+    spark.streams.addListener(listener)
+    return listener, f"http://{host}:{server.server_port}/metrics"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Debian packages headrace's tests use when they are missing (kcat, postgresql),
+# Installs the Debian packages headrace's tests use when they are missing (kcat, postgresql,
+# chromium),
 # and checks Java.
 set -euo pipefail
 
@@ -9,6 +10,9 @@ command -v kcat >/dev/null 2>&1 || missing+=(kcat)
 if ! command -v initdb >/dev/null 2>&1 && ! compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then
     missing+=(postgresql)
 fi
+# Chromium and its WebDriver: the console's browser tests drive a real headless Chromium
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 if ((${#missing[@]})); then
     echo "installing Debian packages: ${missing[*]} ..."
     SUDO=""

@@ -22,6 +22,7 @@ from headrace.ops import (
     bank_cli,
     capacity_cli,
     cdc_cli,
+    console_cli,
     groups_cli,
     registry_cli,
     topics_cli,
@@ -50,6 +51,7 @@ app.add_typer(cdc_cli.app)
 app.add_typer(bank_cli.app)
 app.command("registry")(registry_cli.registry)
 app.command("capacity")(capacity_cli.capacity)
+app.command("console")(console_cli.console)
 
 
 class Acks(StrEnum):

@@ -1,0 +1,50 @@
+"""The console as a user runs it (``headrace console`` in its own process) and a real
+headless Chromium (Debian's, through its chromedriver) to drive it."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.options import Options
+from selenium.webdriver.chrome.service import Service
+
+from headrace.console.server import READY_PREFIX
+from headrace.testing import EmbeddedBroker
+
+
+@pytest.fixture(scope="module")
+def console(broker: EmbeddedBroker) -> Iterator[str]:
+    """The console's base URL (it samples every 0.5 s, so plots fill quickly)."""
+    proc = subprocess.Popen([sys.executable, "-m", "headrace", "console", "-b",
+                             broker.bootstrap_servers, "--port", "0", "--sample-seconds", "0.5"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.startswith(READY_PREFIX), line + proc.stdout.read()
+    yield line.split()[-1].rstrip("/")
+    proc.terminate()
+    proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[webdriver.Chrome]:
+    """Headless Chromium. A missing chromium or chromedriver fails (``make setup`` installs
+    them): a missing setup step must not pass as a skip."""
+    binary, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    assert binary and driver, "chromium and chromedriver are missing: run make setup"
+    options = Options()
+    options.binary_location = binary
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu",
+                 "--disable-background-networking", "--no-first-run",
+                 "--disable-dev-shm-usage", "--window-size=1280,1000"):
+        options.add_argument(flag)
+    chrome = webdriver.Chrome(service=Service(driver), options=options)
+    chrome.set_page_load_timeout(60)
+    chrome.implicitly_wait(10)  # find_element waits for what the next page brings
+    yield chrome
+    chrome.quit()

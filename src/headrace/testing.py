@@ -302,6 +302,47 @@ class SchemaRegistryProcess(_ServerProcess):
         self.stop()
 
 
+class ConsoleProcess(_ServerProcess):
+    """A ``headrace console`` subprocess on ``bootstrap_servers`` (for tests and demos):
+    ``with ConsoleProcess(servers) as c: ... c.url``. ``sample_seconds`` as the CLI's."""
+
+    READY_MARKER = "headrace console on "
+
+    def __init__(self, bootstrap_servers: str, registry_url: str = "",
+                 pipeline_metrics: Sequence[str] = (), host: str = "127.0.0.1",
+                 sample_seconds: float = 5.0, start_timeout: float = 30.0) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self.registry_url = registry_url
+        self.pipeline_metrics = list(pipeline_metrics)
+        self.host = host
+        self.sample_seconds = sample_seconds
+        self.start_timeout = start_timeout
+        self.url = ""
+        self.process: subprocess.Popen[str] | None = None
+        self.output: deque[str] = deque(maxlen=500)
+
+    def start(self) -> ConsoleProcess:
+        """Start the process; wait until it serves. Blocks."""
+        cmd = [sys.executable, "-m", "headrace", "console", "-b", self.bootstrap_servers,
+               "--host", self.host, "--port", "0", "--sample-seconds", str(self.sample_seconds)]
+        if self.registry_url:
+            cmd += ["--registry", self.registry_url]
+        for url in self.pipeline_metrics:
+            cmd += ["--pipeline-metrics", url]
+        self.process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        line = self._wait_ready(self.READY_MARKER, self.start_timeout, "console")
+        self.url = line.strip().rsplit(" ", 1)[1].rstrip("/")
+        return self
+
+    def __enter__(self) -> ConsoleProcess:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+
 class PostgresServer:
     """A throwaway PostgreSQL cluster in a temporary directory (``initdb``, ``pg_ctl``),
     with ``wal_level=logical``, for tests and the demo.

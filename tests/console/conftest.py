@@ -4,8 +4,6 @@ headless Chromium (Debian's, through its chromedriver) to drive it."""
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
@@ -13,22 +11,14 @@ from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 
-from headrace.console.server import READY_PREFIX
-from headrace.testing import EmbeddedBroker
+from headrace.testing import ConsoleProcess, EmbeddedBroker
 
 
 @pytest.fixture(scope="module")
 def console(broker: EmbeddedBroker) -> Iterator[str]:
     """The console's base URL (it samples every 0.5 s, so plots fill quickly)."""
-    proc = subprocess.Popen([sys.executable, "-m", "headrace", "console", "-b",
-                             broker.bootstrap_servers, "--port", "0", "--sample-seconds", "0.5"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    assert line.startswith(READY_PREFIX), line + proc.stdout.read()
-    yield line.split()[-1].rstrip("/")
-    proc.terminate()
-    proc.wait(10)
+    with ConsoleProcess(broker.bootstrap_servers, sample_seconds=0.5) as c:
+        yield c.url
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,8 @@ def line_plot(points: Points, title: str, unit: str = "", width: int = 560,
         return "".join(parts)
     t_end = max(t for t, _ in points)
     t_start = min(min(t for t, _ in points), t_end - 1)
-    top = max(max(v for _, v in points), 1e-9)
+    top = max(v for _, v in points)
+    top = top if top > 0 else 1.0  # an all-zero series: a flat line at the bottom
     xy = " ".join(f"{pad_l + (t - t_start) / (t_end - t_start) * w:.1f},"
                   f"{pad_t + h - (v / top) * h:.1f}" for t, v in points)
     parts.append(f'<polyline points="{xy}" class="plot-line"/>')

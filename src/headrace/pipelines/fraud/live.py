@@ -72,6 +72,9 @@ class LiveSettings:
     schema_registry_url: str | None = None
     """Transactions go out as Avro through this registry. None: an embedded run starts a
     registry beside its broker; a run on an external cluster without one sends JSON."""
+    web_console: bool = True
+    """Run ``headrace console`` beside the demo (its URL is printed), with the pipelines'
+    metrics plotted live."""
     postgres_dsn: str | None = None
     """User profiles live in this PostgreSQL database's ``users`` table and reach the log
     through CDC. None: an embedded run starts a throwaway PostgreSQL (falling back to the
@@ -95,6 +98,25 @@ def _spark(log: Console, master: str, checkpoint: str) -> Any:
     jvm_log = f"{checkpoint}/spark.log"
     log.print(f"starting Spark ({master}); its log: {jvm_log} ...")
     return local_session("headrace-fraud", master=master, jvm_log=jvm_log)
+
+
+def _web_console(settings: LiveSettings, bootstrap: str, spark: Any, console: Console) -> Any:
+    """Start ``headrace console`` on the demo's cluster, its pipeline page fed by the
+    session's query progress; None (and a note) if it cannot start."""
+    if not settings.web_console:
+        return None
+    from headrace.spark.metrics import serve_pipeline_metrics
+    from headrace.testing import ConsoleProcess, EmbeddedBrokerError
+
+    _listener, metrics_url = serve_pipeline_metrics(spark)
+    try:
+        web = ConsoleProcess(bootstrap, settings.schema_registry_url or "", [metrics_url],
+                             sample_seconds=2.0).start()
+    except (EmbeddedBrokerError, OSError) as e:
+        console.print(f"[yellow]the web console could not start: {e}[/]")
+        return None
+    console.print(f"web console on {web.url}/ (topics, groups and lag, the pipelines live)")
+    return web
 
 
 def _ensure_output_topics(bootstrap: str, names: list[str]) -> None:
@@ -290,6 +312,7 @@ def _run(settings: LiveSettings, bootstrap: str, console: Console) -> LiveSummar
     # Real-Time Mode holds a task slot per source partition (4 + 1) and shuffle partition
     # (2) for the whole run; the micro-batch pipeline needs a few more.
     spark = _spark(console, "local[10]" if rt else "local[2]", checkpoint)
+    web = _web_console(settings, bootstrap, spark, console)
     _ensure_output_topics(bootstrap, [topics.alerts, mb_topics.alerts, topics.late,
                                       topics.dead_letters])
     generator = FraudGenerator(config)
@@ -387,6 +410,8 @@ def _run(settings: LiveSettings, bootstrap: str, console: Console) -> LiveSummar
         watcher.join(5)
         if capture is not None:
             capture.close()
+        if web is not None:
+            web.stop()
     truth = truth_box[0]
     agreement = None
     if rt and mb_query is not None:

@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from headrace.spark.metrics import serve_pipeline_metrics
-from headrace.testing import EmbeddedBroker
+from headrace.testing import ConsoleProcess, EmbeddedBroker
 from tests.spark.kafka_helpers import create_topic, produce
 
 pytestmark = pytest.mark.spark
@@ -70,5 +70,17 @@ def test_progress_of_a_windowed_query_is_exported(spark: SparkSession, broker: E
         assert s[("headrace_pipeline_state_memory_bytes", "metered-counts")] > 0
         # The watermark is event time (2023) far behind the wall clock.
         assert s[("headrace_pipeline_watermark_delay_seconds", "metered-counts")] > 86_400
+        # The console plots them.
+        with ConsoleProcess(broker.bootstrap_servers, pipeline_metrics=[url],
+                            sample_seconds=0.3) as web:
+            deadline = time.monotonic() + 20
+            while True:
+                with urllib.request.urlopen(f"{web.url}/pipelines", timeout=10) as r:
+                    html = r.read().decode()
+                if html.count("<polyline") >= 3 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.3)
+        assert 'id="pipeline-metered-counts"' in html and "late rows 5" in html
+        assert html.count("<polyline") >= 3
     finally:
         spark.streams.removeListener(listener)

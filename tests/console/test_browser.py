@@ -96,6 +96,9 @@ def test_group_lag_plot_and_offset_reset_with_a_dry_run(
         browser.refresh()
     png = browser.find_element(By.CSS_SELECTOR, "#lag-plot svg").screenshot_as_png
     assert len(png) > 1000
+    # A stuck consumer: its oldest unread record ages until retention (7 days) deletes it.
+    assert "falls off the log in 168.0 h at the current trend (producing 0.0/s, consuming " \
+        "0.0/s)" in text(browser, "#forecast")
     Select(browser.find_element(By.NAME, "mode")).select_by_visible_text("offset")
     browser.find_element(By.NAME, "value").send_keys("90")
     browser.find_element(By.CSS_SELECTOR, "#reset button").click()

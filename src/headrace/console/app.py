@@ -218,12 +218,56 @@ async def group(request: web.Request, plan: Any = None, done: str = "") -> web.R
                 seconds = None if stamp is None else max(time.time() - stamp / 1000, 0)
             rows.append((p, seconds))
         topics = sorted({p.topic for p in described.partitions})
-        return {"described": described, "rows": rows, "topics": topics}
+        retention = {t: _retention_seconds(bootstrap, t) for t in topics}
+        return {"described": described, "rows": rows, "topics": topics,
+                "retention": retention}
 
     data = await asyncio.to_thread(load)
+    data["forecast"] = _forecast(request.app[HISTORY], gid, data["rows"], data["retention"])
     plot = line_plot(request.app[HISTORY].points(f"group:{gid}:lag"), f"lag of {gid} (records)")
     return page(request, "group.html", title=f"group {gid}", gid=gid, plot=plot, plan=plan,
                 done=done, **data)
+
+
+def _retention_seconds(bootstrap: str, topic: str) -> float | None:
+    """retention.ms of ``topic`` in seconds; None when unlimited."""
+    configs = {c.name: c.value for c in TopicAdmin(bootstrap).describe(topic).configs}
+    ms = int(configs.get("retention.ms") or -1)
+    return None if ms < 0 else ms / 1000
+
+
+def _forecast(history: History, gid: str, rows: list[tuple[Any, float | None]],
+              retention: dict[str, float | None]) -> dict[str, str]:
+    """Per topic: when does the group fall off the log at the current trend? Retention
+    deletes by age, so it falls off when its oldest unread record gets older than
+    retention.ms; that age grows at ``1 - consume/produce`` seconds per second (rates from
+    the console's samples)."""
+    out: dict[str, str] = {}
+    for topic, window_s in retention.items():
+        mine = [(p, age) for p, age in rows if p.topic == topic]
+        if not any(p.lag for p, _ in mine):
+            out[topic] = "keeps up (nothing unread)"
+            continue
+        age = max((a for _, a in mine if a is not None), default=0.0)
+        if window_s is None:
+            out[topic] = "retention is unlimited: it never falls off"
+            continue
+        if age >= window_s:
+            out[topic] = "already past the retention window: records are deleted unread"
+            continue
+        produce = history.rate(f"group:{gid}:{topic}:end")
+        consume = history.rate(f"group:{gid}:{topic}:committed")
+        if produce is None or consume is None:
+            out[topic] = "collecting samples for a trend ..."
+            continue
+        rates = f"producing {produce:.1f}/s, consuming {consume:.1f}/s"
+        ratio = consume / produce if produce > 0 else (1.0 if consume > 0 else 0.0)
+        if ratio >= 1:
+            out[topic] = f"catching up ({rates})"
+        else:
+            left = (window_s - age) / (1 - ratio)
+            out[topic] = f"falls off the log in {left / 3600:.1f} h at the current trend ({rates})"
+    return out
 
 
 async def reset(request: web.Request) -> web.Response:

@@ -42,6 +42,16 @@ class History:
     def points(self, name: str) -> Points:
         return list(self._series.get(name, ()))
 
+    def rate(self, name: str, over_seconds: float = 300.0) -> float | None:
+        """Change per second of a series over (up to) the last ``over_seconds``; None with
+        fewer than two samples."""
+        series = self._series.get(name)
+        if not series or len(series) < 2:
+            return None
+        t1, v1 = series[-1]
+        t0, v0 = next((t, v) for t, v in series if t >= t1 - over_seconds)
+        return None if t1 <= t0 else (v1 - v0) / (t1 - t0)
+
     async def run(self, sample: Callable[[], None]) -> None:
         """Call ``sample`` (blocking; in a thread) every ``interval`` until cancelled."""
         while True:
@@ -65,7 +75,17 @@ def sample_groups(history: History, bootstrap_servers: str) -> None:
             described = admin.describe(g.group_id)
         except HeadraceError:
             continue
-        history.add(f"group:{g.group_id}:lag", described.total_lag)
+        now = time.time()
+        history.add(f"group:{g.group_id}:lag", described.total_lag, now)
+        ends: dict[str, int] = {}
+        done: dict[str, int] = {}
+        for p in described.partitions:
+            if p.log_end_offset is not None and p.committed is not None:
+                ends[p.topic] = ends.get(p.topic, 0) + p.log_end_offset
+                done[p.topic] = done.get(p.topic, 0) + p.committed
+        for topic, end in ends.items():
+            history.add(f"group:{g.group_id}:{topic}:end", end, now)
+            history.add(f"group:{g.group_id}:{topic}:committed", done[topic], now)
 
 
 def sample_pipelines(history: History, urls: list[str]) -> None:

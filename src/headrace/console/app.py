@@ -25,6 +25,7 @@ from headrace.console import browse
 from headrace.console.history import PIPELINE_SERIES, History
 from headrace.console.plots import line_plot
 from headrace.errors import HeadraceError
+from headrace.ops.capacity import CapacitySampler
 from headrace.ops.errors import (
     GroupActiveError,
     InvalidInputError,
@@ -103,6 +104,7 @@ async def topics(request: web.Request) -> web.Response:
 
     def load() -> list[dict[str, Any]]:
         admin = TopicAdmin(bootstrap)
+        sizes, _disk = CapacitySampler(bootstrap).log_dirs()
         rows = []
         for t in admin.list_topics():
             tps = [(t.name, p) for p in range(t.partitions)]
@@ -110,7 +112,8 @@ async def topics(request: web.Request) -> web.Response:
             ends = admin.list_offsets(tps, "latest")
             rows.append({"name": t.name, "partitions": t.partitions,
                          "records": sum(ends[tp] - starts[tp] for tp in tps),
-                         "end": sum(ends.values())})
+                         "end": sum(ends.values()),
+                         "size": sum(sizes.get(tp, 0) for tp in tps) if sizes else None})
         return rows
 
     return page(request, "topics.html", title="Topics", topics=await asyncio.to_thread(load))
@@ -128,7 +131,8 @@ async def topic(request: web.Request) -> web.Response:
         ends = admin.list_offsets(tps, "latest")
         oldest = browse.oldest_timestamp(bootstrap, name, [p for _, p in tps])
         configs = {c.name: c.value for c in described.configs}
-        return {"described": described, "starts": starts, "ends": ends,
+        sizes, _disk = CapacitySampler(bootstrap).log_dirs()
+        return {"described": described, "starts": starts, "ends": ends, "sizes": sizes,
                 "window_s": None if oldest is None else max(time.time() - oldest / 1000, 0),
                 "retention_ms": configs.get("retention.ms"), "configs": described.configs}
 

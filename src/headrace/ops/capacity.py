@@ -162,13 +162,13 @@ class CapacitySampler(AdminSession):
         groups = self._group_ids()
         t0 = time.monotonic()
         ends0 = self.list_offsets(parts, "latest") if parts else {}
-        sizes0, _ = self._log_dirs()
+        sizes0, _ = self.log_dirs()
         committed0 = {g: self._committed(g) for g in groups}
         time.sleep(max(0.0, seconds - (time.monotonic() - t0)))
         elapsed = time.monotonic() - t0
         ends1 = self.list_offsets(parts, "latest") if parts else {}
         starts = self.list_offsets(parts, "earliest") if parts else {}
-        sizes1, disk = self._log_dirs()
+        sizes1, disk = self.log_dirs()
         committed1 = {g: self._committed(g) for g in groups}
         out = ClusterSample(elapsed, usable_bytes=disk[0], total_bytes=disk[1])
         rates = {tp: (ends1[tp] - ends0[tp]) / elapsed for tp in parts}
@@ -230,7 +230,7 @@ class CapacitySampler(AdminSession):
         return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions or []
                 if tp.offset >= 0 and tp.error is None}
 
-    def _log_dirs(self) -> tuple[dict[TopicPart, int], tuple[int | None, int | None]]:
+    def log_dirs(self) -> tuple[dict[TopicPart, int], tuple[int | None, int | None]]:
         """Partition sizes and the volume's (usable, total) bytes, summed over brokers, via
         DescribeLogDirs (kafka-python: librdkafka has no call for it). Empty when the
         cluster does not answer it."""

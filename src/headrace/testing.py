@@ -26,6 +26,7 @@ from headrace.errors import HeadraceError
 
 READY_PREFIX = "headrace broker listening on "
 METRICS_PREFIX = "headrace broker metrics on "
+LISTENER_PREFIX = "headrace broker listener "
 
 
 class EmbeddedBrokerError(HeadraceError):
@@ -96,6 +97,8 @@ class EmbeddedBroker(_ServerProcess):
         self.data_dir = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="headrace-"))
         self.extra_args = list(extra_args or [])
         self.metrics_url: str | None = None  # with "--metrics-port": the scrape URL
+        # with "--listener"s: listener name -> HOST:PORT, for each but the first
+        self.listeners: dict[str, str] = {}
         # the command that runs headrace's CLI; tests substitute one with a fault hook
         self.launcher = list(launcher or [sys.executable, "-m", "headrace"])
         self.host = host
@@ -123,6 +126,8 @@ class EmbeddedBroker(_ServerProcess):
         self.port = int(line.strip().rsplit(":", 1)[1])
         self.metrics_url = next((ln.strip().rsplit(" ", 1)[1] for ln in self.output
                                  if ln.startswith(METRICS_PREFIX)), None)
+        self.listeners = {ln.split()[3]: ln.strip().rsplit(" ", 1)[1] for ln in self.output
+                          if ln.startswith(LISTENER_PREFIX)}
         return self
 
     def restart(self) -> EmbeddedBroker:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from headrace.broker.groups.consumer_coordinator import ConsumerGroupConfig
 from headrace.broker.groups.coordinator import GroupConfig
+from headrace.broker.listeners import Listener, SslConfig
 from headrace.broker.txn.coordinator import TxnConfig
 from headrace.storage.cleaner import CleanerConfig
 from headrace.storage.config import LogConfig
@@ -55,3 +56,12 @@ class BrokerConfig:
     # Serve Prometheus metrics over HTTP on this port (0: a free one; None: off), on
     # ``host``; the address is printed as ``headrace broker metrics on http://...``.
     metrics_port: int | None = None
+    # Kafka's listeners (empty: one PLAINTEXT listener on host:port) and ssl.* settings.
+    listeners: tuple[Listener, ...] = ()
+    ssl: SslConfig = field(default_factory=SslConfig)
+
+    def effective_listeners(self) -> tuple[Listener, ...]:
+        """The listeners to open, each with the host it advertises."""
+        found = self.listeners or (Listener("PLAINTEXT", self.host, self.port),)
+        return tuple(replace(x, advertised_host=x.advertised_host or self.advertised_host or (
+            x.host if x.host not in ("", "0.0.0.0", "::") else "127.0.0.1")) for x in found)

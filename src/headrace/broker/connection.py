@@ -21,6 +21,7 @@ from typing import Any
 from headrace.broker.context import RequestContext
 from headrace.broker.errors import FramingError
 from headrace.broker.handlers.api_versions import unsupported_version_response
+from headrace.broker.listeners import BoundListener, principal_of
 from headrace.broker.registry import API_TABLE, DeferredResponse, is_flexible
 from headrace.broker.sendfile import FramedResponse, write_parts
 from headrace.broker.state import BrokerState
@@ -48,8 +49,10 @@ class Connection:
     """Serves one client until it closes or misbehaves. ``serve`` never raises."""
 
     def __init__(self, state: BrokerState, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter) -> None:
+                 writer: asyncio.StreamWriter, listener: BoundListener) -> None:
         self.state = state
+        self.listener = listener
+        self.principal = principal_of(writer.get_extra_info("ssl_object"))
         self.reader = reader
         self.writer = writer
         peer = writer.get_extra_info("peername")
@@ -113,7 +116,8 @@ class Connection:
             request = spec.request_class.decode(memoryview(frame)[body_pos:], version=version)
         except Exception as e:
             raise FramingError(f"undecodable {spec.request_class.__name__} v{version}: {e}") from e
-        ctx = RequestContext(self.state, version, header.client_id, self.peer)
+        ctx = RequestContext(self.state, version, header.client_id, self.peer, self.listener,
+                             self.principal)
         started = time.perf_counter()
         response = await spec.handle(ctx, request)
         self.state.metrics.request(header.api_key, time.perf_counter() - started)

@@ -48,3 +48,7 @@ def error_code_for(exc: BaseException) -> ErrorCode:
     if isinstance(exc, HeadraceError):
         return ErrorCode.INVALID_REQUEST
     return ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+class BrokerConfigError(BrokerError):
+    """The broker's own configuration is wrong (listeners, TLS files): it does not start."""

@@ -15,12 +15,14 @@ from headrace.broker import handlers
 from headrace.broker.cleaner_task import run_cleaner
 from headrace.broker.config import BrokerConfig
 from headrace.broker.connection import Connection
+from headrace.broker.listeners import BoundListener, server_context
 from headrace.broker.metrics import NullMetrics, serve_metrics
 from headrace.broker.state import BrokerState
 
 log = logging.getLogger("headrace.broker")
 
 TXN_TIMEOUT_CHECK_SECONDS = 1.0
+LISTENER_PREFIX = "headrace broker listener "
 
 handlers.load_all()
 
@@ -39,12 +41,15 @@ async def serve(config: BrokerConfig, stop: asyncio.Event | None = None,
                     logs.truncated_bytes)
     connections: set[asyncio.Task[None]] = set()
 
+    by_port: dict[int, BoundListener] = {}
+
     async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         connections.add(task)
         try:
-            await Connection(state, reader, writer).serve()
+            listener = by_port[int(writer.get_extra_info("sockname")[1])]
+            await Connection(state, reader, writer, listener).serve()
         except asyncio.CancelledError:
             # Shutdown cancels connections; ending quietly here keeps asyncio's stream
             # callback from logging the cancellation as an error.
@@ -52,10 +57,19 @@ async def serve(config: BrokerConfig, stop: asyncio.Event | None = None,
         finally:
             connections.discard(task)
 
-    server = await asyncio.start_server(on_connect, config.host, config.port,
-                                        limit=1024 * 1024, backlog=1024)
-    sockname = server.sockets[0].getsockname()
-    state.port = int(sockname[1])
+    servers: list[asyncio.Server] = []
+    for listener in config.effective_listeners():
+        tls = server_context(config.ssl) if listener.uses_tls else None
+        server = await asyncio.start_server(
+            on_connect, listener.host, listener.port, limit=1024 * 1024, backlog=1024,
+            ssl=tls, ssl_handshake_timeout=config.ssl.handshake_timeout_s if tls else None)
+        port = int(server.sockets[0].getsockname()[1])
+        bound = BoundListener(listener.name, listener.security_protocol,
+                              listener.advertised_host or listener.host, port)
+        by_port[port] = bound
+        state.listeners.append(bound)
+        servers.append(server)
+    state.port = state.listeners[0].port
     loop = asyncio.get_running_loop()
     if stop is None:
         stop = asyncio.Event()
@@ -74,7 +88,11 @@ async def serve(config: BrokerConfig, stop: asyncio.Event | None = None,
         metrics_port = metrics_server.sockets[0].getsockname()[1]
         print(f"headrace broker metrics on http://{config.host}:{metrics_port}/metrics",
               flush=True)
-    print(f"headrace broker listening on {config.host}:{state.port}", flush=True)
+    for bound in state.listeners[1:]:
+        print(f"{LISTENER_PREFIX}{bound.name} ({bound.security_protocol}) on "
+              f"{bound.advertised_host}:{bound.port}", flush=True)
+    first = config.effective_listeners()[0]
+    print(f"headrace broker listening on {first.host}:{state.port}", flush=True)
     if on_listening is not None:
         on_listening(state.port)
     log.info("started in %.2fs with %d topics from %s", time.monotonic() - started,
@@ -88,7 +106,8 @@ async def serve(config: BrokerConfig, stop: asyncio.Event | None = None,
         await asyncio.gather(*background, return_exceptions=True)
         if metrics_server is not None:
             metrics_server.close()
-        server.close()
+        for server in servers:
+            server.close()
         for task in list(connections):
             task.cancel()
         await asyncio.gather(*connections, return_exceptions=True)

@@ -15,6 +15,7 @@ from headrace.broker.config import BrokerConfig
 from headrace.broker.groups.consumer_coordinator import ConsumerGroupCoordinator
 from headrace.broker.groups.coordinator import GroupCoordinator
 from headrace.broker.groups.offsets import OffsetStore
+from headrace.broker.listeners import BoundListener
 from headrace.broker.metrics import BrokerMetrics
 from headrace.broker.txn.coordinator import TransactionCoordinator
 from headrace.broker.txn.log import TransactionLog
@@ -143,6 +144,7 @@ class BrokerState:
     consumer_groups: ConsumerGroupCoordinator
     port: int = 0
     metrics: BrokerMetrics = field(default_factory=BrokerMetrics)
+    listeners: list[BoundListener] = field(default_factory=list)
 
     @classmethod
     def open(cls, config: BrokerConfig) -> BrokerState:

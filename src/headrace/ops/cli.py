@@ -158,12 +158,35 @@ def broker(
         int | None, typer.Option(min=0, max=65535, help="Serve Prometheus metrics on this "
                                  "HTTP port (GET /metrics); 0 picks a free one.")
     ] = None,
+    listener: Annotated[
+        list[str] | None, typer.Option(help="A listener NAME://HOST:PORT (repeatable; "
+                                       "replaces --host/--port). PLAINTEXT and SSL are served.")
+    ] = None,
+    listener_security_protocol_map: Annotated[
+        str, typer.Option(help="NAME:PROTOCOL,... for listeners not named after their "
+                          "protocol (listener.security.protocol.map).")
+    ] = "",
+    ssl_keystore_location: Annotated[
+        str, typer.Option(help="PEM file with the broker's private key and certificate chain "
+                          "(ssl.keystore.location, type PEM).")
+    ] = "",
+    ssl_truststore_location: Annotated[
+        str, typer.Option(help="PEM file of the CAs client certificates must chain to.")
+    ] = "",
+    ssl_client_auth: Annotated[
+        str, typer.Option(help="none, requested or required (ssl.client.auth).")
+    ] = "none",
+    ssl_handshake_timeout: Annotated[
+        float, typer.Option(min=0.1, help="Seconds a client has to finish the TLS handshake.")
+    ] = 10.0,
 ) -> None:
     """Run a broker in the foreground until Ctrl-C (SIGINT) or SIGTERM."""
     from dataclasses import replace
 
     from headrace.broker.config import BrokerConfig
+    from headrace.broker.errors import BrokerConfigError
     from headrace.broker.groups.consumer_coordinator import ConsumerGroupConfig
+    from headrace.broker.listeners import SslConfig, parse_listeners, server_context
     from headrace.broker.server import run
     from headrace.storage.cleaner import CleanerConfig
     from headrace.storage.config import LogConfig, broker_log_config
@@ -195,7 +218,17 @@ def broker(
             session_timeout_ms=group_consumer_session_timeout_ms,
             heartbeat_interval_ms=group_consumer_heartbeat_interval_ms),
         metrics_port=metrics_port,
+        ssl=SslConfig(ssl_keystore_location, ssl_truststore_location, ssl_client_auth,
+                      ssl_handshake_timeout),
     )
+    try:
+        listeners = parse_listeners(listener or [], listener_security_protocol_map)
+        if any(x.uses_tls for x in listeners):
+            server_context(broker_config.ssl)  # a bad key or CA file fails here, clearly
+    except BrokerConfigError as e:
+        raise typer.BadParameter(str(e), param_hint="'--listener'/'--ssl-*'") from e
+    if listeners:
+        broker_config = replace(broker_config, listeners=listeners)
     children: list[subprocess.Popen[bytes]] = []
 
     def start_registry(broker_port: int) -> None:

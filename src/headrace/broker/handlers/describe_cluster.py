@@ -22,7 +22,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1,
         cluster_id=state.logs.cluster_id, controller_id=node,
         brokers=[DescribeClusterResponse.DescribeClusterBroker(
-            broker_id=node, host=state.advertised_host, port=state.port, rack=None)],
+            broker_id=node, host=ctx.listener.advertised_host, port=ctx.listener.port, rack=None)],
         authorized_operations=authorized(request.include_cluster_authorized_operations,
                                          CLUSTER_OPERATIONS),
     )

@@ -67,8 +67,11 @@ def broker_configs(state: BrokerState) -> dict[str, tuple[str, ConfigType]]:
     out.update({
         "broker.id": (str(cfg.node_id), ConfigType.INT),
         "node.id": (str(cfg.node_id), ConfigType.INT),
-        "advertised.listeners": (f"PLAINTEXT://{state.advertised_host}:{state.port}",
-                                 ConfigType.STRING),
+        "advertised.listeners": (",".join(f"{x.name}://{x.advertised_host}:{x.port}"
+                                          for x in state.listeners), ConfigType.STRING),
+        "listener.security.protocol.map": (",".join(f"{x.name}:{x.security_protocol}"
+                                                    for x in state.listeners),
+                                           ConfigType.STRING),
         "auto.create.topics.enable": (str(cfg.auto_create_topics).lower(), ConfigType.BOOLEAN),
         "num.partitions": (str(cfg.num_partitions), ConfigType.INT),
         "default.replication.factor": ("1", ConfigType.INT),

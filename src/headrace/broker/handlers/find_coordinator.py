@@ -20,7 +20,7 @@ def _answer(ctx: RequestContext, key_type: int) -> tuple[int, str | None, int, s
     """(error code, message, node id, host, port) for one key."""
     state = ctx.state
     if key_type in (GROUP, TRANSACTION):
-        return 0, None, state.config.node_id, state.advertised_host, state.port
+        return 0, None, state.config.node_id, ctx.listener.advertised_host, ctx.listener.port
     return ErrorCode.INVALID_REQUEST, f"unknown key type {key_type}", -1, "", -1
 
 

@@ -87,7 +87,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     return MetadataResponse(
         throttle_time_ms=0,
         brokers=[MetadataResponse.MetadataResponseBroker(
-            node_id=cfg.node_id, host=state.advertised_host, port=state.port, rack=None)],
+            node_id=cfg.node_id, host=ctx.listener.advertised_host, port=ctx.listener.port, rack=None)],
         cluster_id=state.logs.cluster_id,
         controller_id=cfg.node_id,
         topics=entries,

@@ -34,7 +34,11 @@ def test_progress_of_a_windowed_query_is_exported(spark: SparkSession, broker: E
     events = [(f"k{i % 7}", {"ts": base + i * 1000}) for i in range(200)]
     produce(broker.bootstrap_servers, topic_name,
             [(k.encode(), json.dumps(v).encode()) for k, v in events])
-    listener, url = serve_pipeline_metrics(spark)
+    dlq = f"{topic_name}-dlq"
+    create_topic(broker.bootstrap_servers, dlq)
+    produce(broker.bootstrap_servers, dlq, [(b"bad", b"not json")] * 3)
+    listener, url = serve_pipeline_metrics(spark, dead_letter_topics={"metered-counts": dlq},
+                                           bootstrap_servers=broker.bootstrap_servers)
     try:
         counts = (spark.readStream.format("headrace")
                   .option("kafka.bootstrap.servers", broker.bootstrap_servers)
@@ -64,6 +68,7 @@ def test_progress_of_a_windowed_query_is_exported(spark: SparkSession, broker: E
             time.sleep(0.2)
         assert s[("headrace_pipeline_input_rows_total", "metered-counts")] == 205
         assert s[("headrace_pipeline_late_rows_total", "metered-counts")] == 5
+        assert s[("headrace_pipeline_dead_letters_total", "metered-counts")] == 3
         assert s[("headrace_pipeline_batches_total", "metered-counts")] >= 3
         assert s[("headrace_pipeline_batch_duration_seconds", "metered-counts")] > 0
         assert s[("headrace_pipeline_state_rows", "metered-counts")] >= 1

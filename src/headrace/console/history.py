@@ -20,7 +20,7 @@ log = logging.getLogger("headrace.console")
 
 PIPELINE_SERIES = ("input_rows_per_second", "processed_rows_per_second",
                    "watermark_delay_seconds", "batch_duration_seconds", "late_rows_total",
-                   "state_rows", "active")
+                   "dead_letters_total", "state_rows", "active")
 
 
 class History:

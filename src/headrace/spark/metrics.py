@@ -12,6 +12,8 @@ its id when it has none):
   ``numRowsDroppedByWatermark``; the toolkit's late side output is a topic, counted by the
   broker's metrics);
 - state rows and state memory (summed over stateful operators);
+- dead letters: records in the query's dead-letter topic (``dead_letter_topics``: the
+  tasks write them straight to the log, so the count is read there, at scrape time);
 - whether the query is active.
 
 The listener runs on the driver; progress arrives after each micro-batch.
@@ -27,6 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -55,10 +58,13 @@ class PipelineMetrics(StreamingQueryListener, Collector):
     """Listener and Prometheus collector in one; thread-safe (events come on a listener
     thread, scrapes on the HTTP server's)."""
 
-    def __init__(self) -> None:
+    def __init__(self, dead_letter_topics: dict[str, str] | None = None,
+                 bootstrap_servers: str = "") -> None:
         super().__init__()
         self._lock = threading.Lock()
         self._queries: dict[str, _Query] = {}
+        self._dead_letter_topics = dict(dead_letter_topics or {})
+        self._bootstrap = bootstrap_servers
 
     # -- listener ----------------------------------------------------------------------------
 
@@ -138,14 +144,44 @@ class PipelineMetrics(StreamingQueryListener, Collector):
                                                               for o in ops))
         yield from g.values()
         yield from c.values()
+        if self._dead_letter_topics:
+            dead = CounterMetricFamily("headrace_pipeline_dead_letters",
+                                       "Records in the query's dead-letter topic.",
+                                       labels=["query", "topic"])
+            for query, topic in sorted(self._dead_letter_topics.items()):
+                count = _records_in(self._bootstrap, topic)
+                if count is not None:
+                    dead.add_metric([query, topic], count)
+            yield dead
 
 
-def serve_pipeline_metrics(spark: SparkSession, port: int = 0,
-                           host: str = "127.0.0.1") -> tuple[PipelineMetrics, str]:
+def _records_in(bootstrap_servers: str, topic: str) -> int | None:
+    """Records a topic holds (end minus start offsets); None if it cannot be read."""
+    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": "headrace-metrics",
+                         "log_level": 3})
+    try:
+        meta = consumer.list_topics(topic, timeout=5).topics.get(topic)
+        if meta is None or meta.error is not None:
+            return None
+        total = 0
+        for p in meta.partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5)
+            total += int(high) - int(low)
+        return total
+    except KafkaException:
+        return None
+    finally:
+        consumer.close()
+
+
+def serve_pipeline_metrics(spark: SparkSession, port: int = 0, host: str = "127.0.0.1",
+                           dead_letter_topics: dict[str, str] | None = None,
+                           bootstrap_servers: str = "") -> tuple[PipelineMetrics, str]:
     """Register a ``PipelineMetrics`` listener on ``spark`` and serve it on ``host:port``
-    (0: a free port). Returns the listener and the scrape URL. The HTTP server is a daemon
-    thread; ``spark.streams.removeListener(listener)`` stops the updates."""
-    listener = PipelineMetrics()
+    (0: a free port). Returns the listener and the scrape URL. ``dead_letter_topics`` maps
+    a query name to its dead-letter topic on ``bootstrap_servers``. The HTTP server is a
+    daemon thread; ``spark.streams.removeListener(listener)`` stops the updates."""
+    listener = PipelineMetrics(dead_letter_topics, bootstrap_servers)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(listener)
     server, _thread = start_http_server(port, addr=host, registry=registry)

@@ -108,7 +108,9 @@ def _web_console(settings: LiveSettings, bootstrap: str, spark: Any, console: Co
     from headrace.spark.metrics import serve_pipeline_metrics
     from headrace.testing import ConsoleProcess, EmbeddedBrokerError
 
-    _listener, metrics_url = serve_pipeline_metrics(spark)
+    _listener, metrics_url = serve_pipeline_metrics(
+        spark, dead_letter_topics={"fraud": settings.topics.dead_letters},
+        bootstrap_servers=bootstrap)
     try:
         web = ConsoleProcess(bootstrap, settings.schema_registry_url or "", [metrics_url],
                              sample_seconds=2.0).start()

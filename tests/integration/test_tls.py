@@ -134,7 +134,7 @@ def test_bad_tls_settings_fail_at_start(tmp_path: Path, pki: Pki) -> None:
             (["--listener", "SSL://127.0.0.1:0"], "needs ssl.keystore.location"),
             (["--listener", "SSL://127.0.0.1:0", "--ssl-keystore-location",
               str(tmp_path / "missing.pem")], "cannot load the TLS key"),
-            (["--listener", "SASL_SSL://127.0.0.1:0"], "does not serve yet"),
+            (["--listener", "SASL_SSL://127.0.0.1:0"], "needs ssl.keystore.location"),
             (["--listener", "X://127.0.0.1:0"], "has no security protocol"),
             (["--listener", "nonsense"], "is not NAME://HOST:PORT")):
         done = subprocess.run([sys.executable, "-m", "headrace", "broker", "--data-dir",

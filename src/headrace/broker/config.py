@@ -59,6 +59,8 @@ class BrokerConfig:
     # Kafka's listeners (empty: one PLAINTEXT listener on host:port) and ssl.* settings.
     listeners: tuple[Listener, ...] = ()
     ssl: SslConfig = field(default_factory=SslConfig)
+    # Kafka's sasl.enabled.mechanisms, for SASL_PLAINTEXT and SASL_SSL listeners.
+    sasl_enabled_mechanisms: tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
     def effective_listeners(self) -> tuple[Listener, ...]:
         """The listeners to open, each with the host it advertises."""

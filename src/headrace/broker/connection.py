@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from headrace.broker.context import RequestContext
+from headrace.broker.context import RequestContext, Session
 from headrace.broker.errors import FramingError
 from headrace.broker.handlers.api_versions import unsupported_version_response
 from headrace.broker.listeners import BoundListener, principal_of
@@ -33,6 +33,9 @@ log = logging.getLogger("headrace.broker")
 _SIZE = struct.Struct(">i")
 _CORRELATION = struct.Struct(">i")
 API_VERSIONS_KEY = 18
+# What a client may send on a SASL listener before it authenticated (as Kafka):
+# ApiVersions, SaslHandshake, SaslAuthenticate.
+SASL_OPEN_KEYS = frozenset({18, 17, 36})
 # Responses waiting to be written per connection before the reader stops reading.
 MAX_QUEUED_RESPONSES = 64
 
@@ -52,7 +55,8 @@ class Connection:
                  writer: asyncio.StreamWriter, listener: BoundListener) -> None:
         self.state = state
         self.listener = listener
-        self.principal = principal_of(writer.get_extra_info("ssl_object"))
+        self.session = Session(principal_of(writer.get_extra_info("ssl_object")),
+                               authenticated=not listener.uses_sasl)
         self.reader = reader
         self.writer = writer
         peer = writer.get_extra_info("peername")
@@ -98,6 +102,9 @@ class Connection:
             outgoing = await self._dispatch(frame)
             if outgoing is not None:
                 await self._out.put(outgoing)
+            if self.session.close_after:
+                log.info("%s: SASL authentication failed; closing", self.peer)
+                return
 
     async def _dispatch(self, frame: bytes) -> _Outgoing | None:
         header, body_pos = parse_request_header(frame, is_flexible)
@@ -116,8 +123,10 @@ class Connection:
             request = spec.request_class.decode(memoryview(frame)[body_pos:], version=version)
         except Exception as e:
             raise FramingError(f"undecodable {spec.request_class.__name__} v{version}: {e}") from e
+        if not self.session.authenticated and header.api_key not in SASL_OPEN_KEYS:
+            raise FramingError(f"API key {header.api_key} before SASL authentication")
         ctx = RequestContext(self.state, version, header.client_id, self.peer, self.listener,
-                             self.principal)
+                             self.session)
         started = time.perf_counter()
         response = await spec.handle(ctx, request)
         self.state.metrics.request(header.api_key, time.perf_counter() - started)

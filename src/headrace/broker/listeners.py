@@ -12,8 +12,8 @@ truststore with ``ssl.client.auth=required|requested``; a TLS client's principal
 ``User:<subject DN>`` as Kafka's default principal builder makes it, ``User:ANONYMOUS``
 without a certificate). The TLS handshake has a deadline (``handshake_timeout_s``): a
 client that never finishes it, or a plaintext client on a TLS port, is dropped without
-touching other connections. SASL_PLAINTEXT and SASL_SSL are refused at start-up: not
-served yet.
+touching other connections. SASL_PLAINTEXT and SASL_SSL listeners authenticate every
+connection first (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512: ``headrace.broker.security``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 from headrace.broker.errors import BrokerConfigError
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SERVED = ("PLAINTEXT", "SSL")
+SERVED = PROTOCOLS
 _LISTENER = re.compile(r"^([A-Za-z][A-Za-z0-9_]*)://(\[[^\]]*\]|[^:]*):(\d+)$")
 
 
@@ -66,6 +66,10 @@ class BoundListener:
     security_protocol: str
     advertised_host: str
     port: int
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.security_protocol.startswith("SASL_")
 
 
 def parse_listeners(specs: list[str], protocol_map: str = "") -> tuple[Listener, ...]:

@@ -17,6 +17,7 @@ from headrace.broker.groups.coordinator import GroupCoordinator
 from headrace.broker.groups.offsets import OffsetStore
 from headrace.broker.listeners import BoundListener
 from headrace.broker.metrics import BrokerMetrics
+from headrace.broker.security.credentials import CredentialStore
 from headrace.broker.txn.coordinator import TransactionCoordinator
 from headrace.broker.txn.log import TransactionLog
 from headrace.protocol.errors import ErrorCode, KafkaProtocolError
@@ -142,9 +143,11 @@ class BrokerState:
     offsets: OffsetStore
     txns: TransactionCoordinator
     consumer_groups: ConsumerGroupCoordinator
+    credentials: CredentialStore
     port: int = 0
     metrics: BrokerMetrics = field(default_factory=BrokerMetrics)
     listeners: list[BoundListener] = field(default_factory=list)
+
 
     @classmethod
     def open(cls, config: BrokerConfig) -> BrokerState:
@@ -180,8 +183,10 @@ class BrokerState:
         consumer_groups = ConsumerGroupCoordinator(config.consumer_groups, topics,
                                                    classic_in_use, drop_classic)
         groups.is_foreign = lambda group_id: group_id in consumer_groups.groups
+        credentials = CredentialStore(logs)
+        credentials.load()
         return cls(config, logs, notifier, GroupCommitFlusher(), groups, offsets, txns,
-                   consumer_groups)
+                   consumer_groups, credentials)
 
     def remember_group(self, group_id: str) -> None:
         """After offsets were committed for ``group_id``: make it a known (Empty classic)

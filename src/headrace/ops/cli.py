@@ -27,6 +27,7 @@ from headrace.ops import (
     registry_cli,
     topics_cli,
     transactions_cli,
+    users_cli,
 )
 from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS, show_client_logs
 from headrace.ops.console import BootstrapServers, plural, print_error, stderr, stdout
@@ -49,6 +50,7 @@ app.add_typer(transactions_cli.app)
 app.add_typer(registry_cli.app)
 app.add_typer(cdc_cli.app)
 app.add_typer(bank_cli.app)
+app.add_typer(users_cli.app)
 app.command("registry")(registry_cli.registry)
 app.command("capacity")(capacity_cli.capacity)
 app.command("console")(console_cli.console)

@@ -39,6 +39,10 @@ MODULES = (
     "describe_log_dirs",
     "consumer_group_heartbeat",
     "consumer_group_describe",
+    "sasl_handshake",
+    "sasl_authenticate",
+    "describe_user_scram_credentials",
+    "alter_user_scram_credentials",
 )
 
 

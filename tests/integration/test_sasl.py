@@ -142,3 +142,24 @@ def test_users_are_managed_through_the_admin_api(sasl_broker: EmbeddedBroker) ->
 def test_credentials_survive_a_restart(sasl_broker: EmbeddedBroker) -> None:
     sasl_broker.restart()
     AdminClient(sasl(sasl_broker, "SCRAM-SHA-512")).list_topics(timeout=10)
+
+
+def test_aiokafka_scram_over_tls(sasl_broker: EmbeddedBroker, pki: Pki) -> None:
+    import asyncio
+    import ssl
+
+    from aiokafka import AIOKafkaProducer
+
+    async def send() -> None:
+        context = ssl.create_default_context(cafile=str(pki.ca))
+        producer = AIOKafkaProducer(
+            bootstrap_servers=sasl_broker.listeners["SECURE"], security_protocol="SASL_SSL",
+            ssl_context=context, sasl_mechanism="SCRAM-SHA-256", sasl_plain_username="alice",
+            sasl_plain_password="alice-secret")
+        await producer.start()
+        try:
+            await producer.send_and_wait(f"sasl-aio-{uuid.uuid4().hex[:6]}", b"hi")
+        finally:
+            await producer.stop()
+
+    asyncio.run(send())

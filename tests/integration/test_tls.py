@@ -153,3 +153,23 @@ def test_committed_offsets_over_tls(tls_broker: EmbeddedBroker, pki: Pki) -> Non
     c.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
     assert c.committed([TopicPartition(topic, 0)], timeout=10)[0].offset == 0
     c.close()
+
+
+def test_aiokafka_over_mutual_tls(tls_broker: EmbeddedBroker, pki: Pki) -> None:
+    import asyncio
+    import ssl
+
+    from aiokafka import AIOKafkaProducer
+
+    async def send() -> None:
+        context = ssl.create_default_context(cafile=str(pki.ca))
+        context.load_cert_chain(str(pki.client_cert), str(pki.client_key))
+        producer = AIOKafkaProducer(bootstrap_servers=tls_broker.listeners["SECURE"],
+                                    security_protocol="SSL", ssl_context=context)
+        await producer.start()
+        try:
+            await producer.send_and_wait(f"tls-aio-{uuid.uuid4().hex[:6]}", b"hi")
+        finally:
+            await producer.stop()
+
+    asyncio.run(send())

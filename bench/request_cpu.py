@@ -29,7 +29,7 @@ from kafka.protocol.consumer import FetchRequest
 from kafka.protocol.producer import ProduceRequest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from brokers import BrokerSpec, create_topic, running
+from brokers import METRICS_SPEC, BrokerSpec, create_topic, running
 
 TOPIC = "request-cpu"
 
@@ -101,10 +101,10 @@ def pipelined(conn: _Conn, frames: Sequence[bytes], in_flight: int) -> None:
         received += 1
 
 
-def run_once(args: argparse.Namespace) -> dict[str, tuple[float, float]]:
+def run_once(args: argparse.Namespace, spec: BrokerSpec) -> dict[str, tuple[float, float]]:
     """One fresh broker: µs of broker CPU (user, system) per request, per phase."""
     out: dict[str, tuple[float, float]] = {}
-    with running(BrokerSpec("headrace")) as broker:
+    with running(spec) as broker:
         create_topic(broker.bootstrap_servers, TOPIC, 1)
         conn = _Conn(broker.bootstrap_servers)
         batch = _batch(args.batch, args.size)
@@ -134,16 +134,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=16, help="records per batch")
     ap.add_argument("--in-flight", type=int, default=5)
     ap.add_argument("--repeat", type=int, default=3, help="fresh brokers; medians shown")
+    ap.add_argument("--metrics", action="store_true",
+                    help="also with --metrics-port (counting metrics), brokers alternating")
     args = ap.parse_args(argv)
-    runs = [run_once(args) for _ in range(args.repeat)]
+    specs = [BrokerSpec("headrace")] + ([METRICS_SPEC] if args.metrics else [])
+    runs: dict[str, list[dict[str, tuple[float, float]]]] = {s.name: [] for s in specs}
+    for _ in range(args.repeat):
+        for spec in specs:  # alternating, so both see the same machine
+            runs[spec.name].append(run_once(args, spec))
     print(f"{args.requests:,} requests, batches of {args.batch} x {args.size} B, "
           f"median of {args.repeat} fresh brokers (min-max of user+sys)")
-    for phase in runs[0]:
-        user = statistics.median(r[phase][0] for r in runs)
-        sys_ = statistics.median(r[phase][1] for r in runs)
-        tot = [sum(r[phase]) for r in runs]
-        print(f"  {phase:16} broker CPU per request: {user + sys_:7.1f} µs "
-              f"(user {user:6.1f}, sys {sys_:6.1f}; {min(tot):.1f}-{max(tot):.1f})")
+    medians: dict[str, dict[str, float]] = {}
+    for name, results in runs.items():
+        print(f" {name}")
+        for phase in results[0]:
+            user = statistics.median(r[phase][0] for r in results)
+            sys_ = statistics.median(r[phase][1] for r in results)
+            tot = [sum(r[phase]) for r in results]
+            medians.setdefault(phase, {})[name] = user + sys_
+            print(f"  {phase:16} broker CPU per request: {user + sys_:7.1f} µs "
+                  f"(user {user:6.1f}, sys {sys_:6.1f}; {min(tot):.1f}-{max(tot):.1f})")
+    if args.metrics:
+        for phase, by in medians.items():
+            base, metered = by[specs[0].name], by[METRICS_SPEC.name]
+            print(f"  {phase:16} with metrics / without: {metered / base:.3f}")
     return 0
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from headrace.broker.groups.consumer_coordinator import ConsumerGroupConfig
 from headrace.broker.groups.coordinator import GroupConfig
 from headrace.broker.listeners import Listener, SslConfig
+from headrace.broker.security.acls import AuthorizerConfig
 from headrace.broker.txn.coordinator import TxnConfig
 from headrace.storage.cleaner import CleanerConfig
 from headrace.storage.config import LogConfig
@@ -61,6 +62,9 @@ class BrokerConfig:
     ssl: SslConfig = field(default_factory=SslConfig)
     # Kafka's sasl.enabled.mechanisms, for SASL_PLAINTEXT and SASL_SSL listeners.
     sasl_enabled_mechanisms: tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+    # ACLs on every API (Kafka's authorizer.class.name, super.users,
+    # allow.everyone.if.no.acl.found); off: every client may do everything.
+    authorizer: AuthorizerConfig = field(default_factory=AuthorizerConfig)
 
     def effective_listeners(self) -> tuple[Listener, ...]:
         """The listeners to open, each with the host it advertises."""

@@ -7,6 +7,19 @@ from dataclasses import dataclass
 from headrace.broker.listeners import BoundListener
 from headrace.broker.security.scram import ScramServer
 from headrace.broker.state import BrokerState
+from headrace.protocol.acl_operations import (
+    CLUSTER_NAME,
+    SUPPORTED_OPERATIONS,
+    AclOperation,
+    ResourceType,
+)
+from headrace.protocol.errors import ErrorCode, KafkaProtocolError
+
+# What Kafka answers when the authorizer refuses an operation on a resource of the type.
+DENIED_CODES = {ResourceType.TOPIC: ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                ResourceType.GROUP: ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                ResourceType.CLUSTER: ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                ResourceType.TRANSACTIONAL_ID: ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +33,44 @@ class RequestContext:
     peer: str
     listener: BoundListener
     session: Session
+
+    @property
+    def host(self) -> str:
+        """The client's address, as ACL hosts name it."""
+        return self.peer.rsplit(":", 1)[0].strip("[]")
+
+    def allowed(self, operation: AclOperation, resource_type: ResourceType,
+                name: str = CLUSTER_NAME) -> bool:
+        """Whether the authorizer lets this client do ``operation`` on the resource."""
+        return self.state.authorizer.authorize(self.session.principal, self.host, operation,
+                                               resource_type, name)
+
+    def require(self, operation: AclOperation, resource_type: ResourceType,
+                name: str = CLUSTER_NAME) -> None:
+        """Raise ``KafkaProtocolError`` with Kafka's code for the resource type
+        (TOPIC_/GROUP_/CLUSTER_/TRANSACTIONAL_ID_AUTHORIZATION_FAILED) unless allowed."""
+        if not self.allowed(operation, resource_type, name):
+            code = DENIED_CODES[resource_type]
+            raise KafkaProtocolError(code, f"{self.session.principal} may not "
+                                           f"{operation.name} {resource_type.name} {name}")
+
+    def may_read_topic(self, name: str) -> bool:
+        return self.allowed(AclOperation.READ, ResourceType.TOPIC, name)
+
+    def may_create_topic(self, name: str) -> bool:
+        """CREATE on the cluster or on the topic (what auto-creation and CreateTopics
+        need)."""
+        return (self.allowed(AclOperation.CREATE, ResourceType.CLUSTER)
+                or self.allowed(AclOperation.CREATE, ResourceType.TOPIC, name))
+
+    def operations(self, requested: object, resource_type: ResourceType,
+                   name: str = CLUSTER_NAME) -> set[int] | None:
+        """The authorized-operations bits for a response: the supported operations of
+        the type this client may perform, when the request asked (else None)."""
+        if not requested:
+            return None
+        return {op for op in SUPPORTED_OPERATIONS[resource_type]
+                if self.allowed(AclOperation(op), resource_type, name)}
 
 
 @dataclass(slots=True)

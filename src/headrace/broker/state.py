@@ -17,6 +17,7 @@ from headrace.broker.groups.coordinator import GroupCoordinator
 from headrace.broker.groups.offsets import OffsetStore
 from headrace.broker.listeners import BoundListener
 from headrace.broker.metrics import BrokerMetrics
+from headrace.broker.security.acls import Authorizer
 from headrace.broker.security.credentials import CredentialStore
 from headrace.broker.txn.coordinator import TransactionCoordinator
 from headrace.broker.txn.log import TransactionLog
@@ -144,6 +145,7 @@ class BrokerState:
     txns: TransactionCoordinator
     consumer_groups: ConsumerGroupCoordinator
     credentials: CredentialStore
+    authorizer: Authorizer
     port: int = 0
     metrics: BrokerMetrics = field(default_factory=BrokerMetrics)
     listeners: list[BoundListener] = field(default_factory=list)
@@ -185,8 +187,10 @@ class BrokerState:
         groups.is_foreign = lambda group_id: group_id in consumer_groups.groups
         credentials = CredentialStore(logs)
         credentials.load()
+        authorizer = Authorizer(logs, config.authorizer)
+        authorizer.load()
         return cls(config, logs, notifier, GroupCommitFlusher(), groups, offsets, txns,
-                   consumer_groups, credentials)
+                   consumer_groups, credentials, authorizer)
 
     def remember_group(self, group_id: str) -> None:
         """After offsets were committed for ``group_id``: make it a known (Empty classic)

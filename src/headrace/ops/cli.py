@@ -19,6 +19,7 @@ from rich.markup import escape
 
 from headrace.errors import HeadraceError
 from headrace.ops import (
+    acls_cli,
     bank_cli,
     capacity_cli,
     cdc_cli,
@@ -51,6 +52,7 @@ app.add_typer(registry_cli.app)
 app.add_typer(cdc_cli.app)
 app.add_typer(bank_cli.app)
 app.add_typer(users_cli.app)
+app.add_typer(acls_cli.app)
 app.command("registry")(registry_cli.registry)
 app.command("capacity")(capacity_cli.capacity)
 app.command("console")(console_cli.console)
@@ -181,6 +183,18 @@ def broker(
     ssl_handshake_timeout: Annotated[
         float, typer.Option(min=0.1, help="Seconds a client has to finish the TLS handshake.")
     ] = 10.0,
+    authorizer: Annotated[
+        bool, typer.Option("--authorizer", help="Enforce ACLs on every API (Kafka's "
+                           "authorizer.class.name): deny what no ACL allows.")
+    ] = False,
+    super_users: Annotated[
+        str, typer.Option(help="Principals allowed everything, 'User:admin;User:ops' "
+                          "(super.users).")
+    ] = "",
+    allow_everyone_if_no_acl_found: Annotated[
+        bool, typer.Option("--allow-everyone-if-no-acl-found", help="Allow an operation on a "
+                           "resource no ACL names (allow.everyone.if.no.acl.found).")
+    ] = False,
 ) -> None:
     """Run a broker in the foreground until Ctrl-C (SIGINT) or SIGTERM."""
     from dataclasses import replace
@@ -189,6 +203,7 @@ def broker(
     from headrace.broker.errors import BrokerConfigError
     from headrace.broker.groups.consumer_coordinator import ConsumerGroupConfig
     from headrace.broker.listeners import SslConfig, parse_listeners, server_context
+    from headrace.broker.security.acls import AuthorizerConfig, parse_super_users
     from headrace.broker.server import run
     from headrace.storage.cleaner import CleanerConfig
     from headrace.storage.config import LogConfig, broker_log_config
@@ -222,6 +237,8 @@ def broker(
         metrics_port=metrics_port,
         ssl=SslConfig(ssl_keystore_location, ssl_truststore_location, ssl_client_auth,
                       ssl_handshake_timeout),
+        authorizer=AuthorizerConfig(authorizer, parse_super_users(super_users),
+                                    allow_everyone_if_no_acl_found),
     )
     try:
         listeners = parse_listeners(listener or [], listener_security_protocol_map)

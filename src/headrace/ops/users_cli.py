@@ -38,7 +38,7 @@ def _mechanisms(names: list[str] | None) -> list[tuple[str, ScramMechanism]]:
     return [(n.upper(), MECHANISMS[n.upper()]) for n in chosen]
 
 
-def _admin(bootstrap_servers: str, client_config: list[str] | None) -> AdminClient:
+def admin_client(bootstrap_servers: str, client_config: list[str] | None) -> AdminClient:
     extra = dict(kv.split("=", 1) for kv in client_config or [] if "=" in kv)
     return AdminClient({"bootstrap.servers": bootstrap_servers, "log_level": 3, **extra})
 
@@ -69,7 +69,7 @@ def add(user: str,
     changes: list[Any] = [UserScramCredentialUpsertion(user, ScramCredentialInfo(m, iterations),
                                             password.encode(), os.urandom(32))
                for _name, m in _mechanisms(mechanism)]
-    admin = _admin(bootstrap_servers, client_config)  # kept alive until the answers came
+    admin = admin_client(bootstrap_servers, client_config)  # kept alive until the answers came
     _wait(admin.alter_user_scram_credentials(changes), "cannot set the credentials of")
     stdout.print(f"{user}: {', '.join(n for n, _ in _mechanisms(mechanism))}")
 
@@ -78,7 +78,7 @@ def add(user: str,
 def list_users(bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS,
                client_config: ClientConfig = None) -> None:
     """Users and their SCRAM mechanisms (never the keys)."""
-    admin = _admin(bootstrap_servers, client_config)
+    admin = admin_client(bootstrap_servers, client_config)
     future: Any = admin.describe_user_scram_credentials()
     try:
         found = future.result(REQUEST_TIMEOUT_S)
@@ -95,7 +95,7 @@ def delete(user: str, mechanism: Mechanism = None,
            bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS,
            client_config: ClientConfig = None) -> None:
     """Delete USER's credentials (all mechanisms unless --mechanism)."""
-    admin = _admin(bootstrap_servers, client_config)
+    admin = admin_client(bootstrap_servers, client_config)
     chosen = _mechanisms(mechanism)
     if not mechanism:  # only what exists: deleting a missing one is an error
         try:

@@ -43,6 +43,9 @@ MODULES = (
     "sasl_authenticate",
     "describe_user_scram_credentials",
     "alter_user_scram_credentials",
+    "describe_acls",
+    "create_acls",
+    "delete_acls",
 )
 
 

@@ -4,6 +4,7 @@ offsets to store and the error code each partition answers."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from headrace.broker.groups.offsets import CommittedOffset, TopicPartition
@@ -13,11 +14,13 @@ from headrace.storage.manager import LogManager
 
 def collect_commits(
     topics: Any, group_code: int, metadata_max_bytes: int, with_leader_epoch: bool,
-    logs: LogManager,
+    logs: LogManager, may_read: Callable[[str], bool],
 ) -> tuple[dict[TopicPartition, CommittedOffset], dict[TopicPartition, int]]:
     """``(offsets to store, code per partition)``: every partition answers ``group_code``
-    when it is an error; a partition that does not exist gets UNKNOWN_TOPIC_OR_PARTITION
-    and metadata over the limit OFFSET_METADATA_TOO_LARGE, as in Kafka."""
+    when it is an error; a topic the client may not READ (ACLs) gets
+    TOPIC_AUTHORIZATION_FAILED, a partition that does not exist
+    UNKNOWN_TOPIC_OR_PARTITION and metadata over the limit OFFSET_METADATA_TOO_LARGE, as
+    in Kafka."""
     now = int(time.time() * 1000)
     accepted: dict[TopicPartition, CommittedOffset] = {}
     codes: dict[TopicPartition, int] = {}
@@ -27,6 +30,8 @@ def collect_commits(
             metadata = p.committed_metadata or ""
             if group_code:
                 codes[tp] = group_code
+            elif not may_read(t.name):
+                codes[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             elif not _exists(logs, tp):
                 codes[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif len(metadata.encode()) > metadata_max_bytes:

@@ -1,5 +1,8 @@
 """AddPartitionsToTxn (key 24), versions 0-3 (v4+'s batched broker verification,
-KIP-890, is not served). Puts partitions in the producer's ongoing transaction."""
+KIP-890, is not served). Puts partitions in the producer's ongoing transaction. With
+ACLs: WRITE on the transactional id (else every partition answers
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and on each topic (else that topic's partitions
+answer TOPIC_AUTHORIZATION_FAILED and the others OPERATION_NOT_ATTEMPTED, as Kafka)."""
 
 from __future__ import annotations
 
@@ -10,7 +13,8 @@ from kafka.protocol.producer import AddPartitionsToTxnRequest, AddPartitionsToTx
 from headrace.broker.context import RequestContext
 from headrace.broker.handlers._txn import fenced_code
 from headrace.broker.registry import handles
-from headrace.protocol.errors import KafkaProtocolError
+from headrace.protocol.acl_operations import AclOperation, ResourceType
+from headrace.protocol.errors import ErrorCode, KafkaProtocolError
 
 _Topic = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
 _Partition = _Topic.AddPartitionsToTxnPartitionResult
@@ -19,10 +23,18 @@ _Partition = _Topic.AddPartitionsToTxnPartitionResult
 @handles(AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, max_version=3)
 async def handle(ctx: RequestContext, request: Any) -> Any:
     wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
+    denied = {t for t, _p in wanted if not ctx.allowed(AclOperation.WRITE, ResourceType.TOPIC, t)}
     try:
-        codes = ctx.state.txns.add_partitions(
-            request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
-            request.v3_and_below_producer_epoch, wanted)
+        ctx.require(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                    request.v3_and_below_transactional_id)
+        codes: dict[tuple[str, int], int]
+        if denied:
+            codes = {tp: (ErrorCode.TOPIC_AUTHORIZATION_FAILED if tp[0] in denied
+                          else ErrorCode.OPERATION_NOT_ATTEMPTED) for tp in wanted}
+        else:
+            codes = ctx.state.txns.add_partitions(
+                request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
+                request.v3_and_below_producer_epoch, wanted)
     except KafkaProtocolError as e:
         codes = dict.fromkeys(wanted, fenced_code(e.code, ctx.api_version, 2))
     by_topic: dict[str, list[Any]] = {}

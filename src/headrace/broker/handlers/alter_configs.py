@@ -31,6 +31,7 @@ from headrace.broker.context import RequestContext
 from headrace.broker.errors import error_code_for
 from headrace.broker.registry import handles
 from headrace.errors import HeadraceError
+from headrace.protocol.acl_operations import CLUSTER_NAME, AclOperation, ResourceType
 from headrace.protocol.errors import ErrorCode, KafkaProtocolError
 from headrace.storage.config import CONFIG_DEFS, ConfigType, canonical_overrides
 from headrace.storage.dynamic_config import BROKER as BROKER_SCOPE
@@ -93,6 +94,10 @@ def _apply_broker(ctx: RequestContext, resource: Any, incremental: bool,
 
 
 def _apply(ctx: RequestContext, resource: Any, incremental: bool, validate_only: bool) -> None:
+    if resource.resource_type in (BROKER, TOPIC):  # ACLs: ALTER_CONFIGS on the resource
+        ctx.require(AclOperation.ALTER_CONFIGS, *(
+            (ResourceType.CLUSTER, CLUSTER_NAME) if resource.resource_type == BROKER
+            else (ResourceType.TOPIC, resource.resource_name)))
     if resource.resource_type == BROKER:
         return _apply_broker(ctx, resource, incremental, validate_only)
     if resource.resource_type != TOPIC:

@@ -5,7 +5,8 @@ deletions of SCRAM credentials, stored hashed in ``__headrace_scram_credentials`
 per user as Kafka: UNSUPPORTED_SASL_MECHANISM, UNACCEPTABLE_CREDENTIAL (empty name,
 iterations outside 4096-16384, empty salt or password), RESOURCE_NOT_FOUND (deleting what
 does not exist), DUPLICATE_RESOURCE (one user and mechanism twice). A user with any error
-changes nothing. No authorizer yet: anyone may alter.
+changes nothing. With ACLs: ALTER on the cluster (else every user answers
+CLUSTER_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from headrace.broker.security.scram import (
     ScramCredential,
     from_salted,
 )
+from headrace.protocol.acl_operations import AclOperation, ResourceType
 from headrace.protocol.errors import ErrorCode
 
 R = AlterUserScramCredentialsResponse
@@ -45,9 +47,13 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
 
     items = [(d.name, d.mechanism, None) for d in request.deletions] + \
         [(u.name, u.mechanism, u) for u in request.upsertions]
+    denied = not ctx.allowed(AclOperation.ALTER, ResourceType.CLUSTER)
     for name, mech_id, upsert in items:
         if name not in order:
             order.append(name)
+        if denied:
+            fail(name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "not authorized")
+            continue
         if (name, mech_id) in seen:
             fail(name, ErrorCode.DUPLICATE_RESOURCE, "a user and mechanism appear twice")
             continue

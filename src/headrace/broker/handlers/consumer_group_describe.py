@@ -15,6 +15,7 @@ from typing import Any
 from headrace.broker.context import RequestContext
 from headrace.broker.groups.assignors import MemberAssignment
 from headrace.broker.registry import handles
+from headrace.protocol.acl_operations import AclOperation, ResourceType
 from headrace.protocol.errors import ErrorCode
 from headrace.protocol.messages import (
     ConsumerGroupDescribeRequest,
@@ -48,6 +49,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     for group_id in request.group_ids:
         if not group_id:
             described.append(_error(group_id, ErrorCode.INVALID_GROUP_ID, None))
+            continue
+        if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            described.append(_error(group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED, None))
             continue
         group = ctx.state.consumer_groups.group(group_id)
         if group is None:

@@ -7,7 +7,9 @@ generate their own member id (KIP-1082); v0 members get one. The rules (epochs, 
 assignors ``uniform``/``range``, pending revocation, static membership, regex
 subscriptions, fencing) live in ``groups.consumer_coordinator``, whose docstring lists
 what is not implemented. Group state is in memory: after a broker restart members are told
-UNKNOWN_MEMBER_ID / GROUP_ID_NOT_FOUND and rejoin.
+UNKNOWN_MEMBER_ID / GROUP_ID_NOT_FOUND and rejoin. With ACLs: READ on the group (else
+GROUP_AUTHORIZATION_FAILED) and DESCRIBE on each subscribed topic name (else
+TOPIC_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from headrace.broker.context import RequestContext
 from headrace.broker.groups.assignors import MemberAssignment
 from headrace.broker.groups.consumer_coordinator import Heartbeat
 from headrace.broker.registry import handles
+from headrace.protocol.acl_operations import AclOperation, ResourceType
 from headrace.protocol.errors import KafkaProtocolError
 from headrace.protocol.messages import (
     ConsumerGroupHeartbeatRequest,
@@ -51,6 +54,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         client_id=ctx.client_id or "", client_host="/" + ctx.peer.rsplit(":", 1)[0],
         api_version=v)
     try:
+        ctx.require(AclOperation.READ, ResourceType.GROUP, request.group_id)
+        for name in request.subscribed_topic_names or ():
+            ctx.require(AclOperation.DESCRIBE, ResourceType.TOPIC, name)
         result = ctx.state.consumer_groups.heartbeat(hb)
     except KafkaProtocolError as e:
         return ConsumerGroupHeartbeatResponse(

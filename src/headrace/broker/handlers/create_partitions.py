@@ -2,6 +2,7 @@
 
 Grows a topic to ``count`` partitions (never shrinks: INVALID_PARTITIONS). Keys hash to
 new partitions from then on, as in Kafka. ``validate_only`` checks without creating.
+With ACLs each topic needs ALTER (else TOPIC_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from headrace.broker.context import RequestContext
 from headrace.broker.errors import error_code_for
 from headrace.broker.registry import handles
 from headrace.errors import HeadraceError
+from headrace.protocol.acl_operations import AclOperation, ResourceType
 from headrace.protocol.errors import ErrorCode
 
 _Result = CreatePartitionsResponse.CreatePartitionsTopicResult
@@ -24,6 +26,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     results = []
     for t in request.topics:
         try:
+            ctx.require(AclOperation.ALTER, ResourceType.TOPIC, t.name)
             ctx.state.logs.add_partitions(t.name, t.count, bool(request.validate_only))
             results.append(_Result(name=t.name, error_code=0, error_message=None))
         except ValueError as e:

@@ -4,6 +4,8 @@ Creates topics with the requested partition count (-1: the broker default) and c
 overrides, persisted before the answer. Replication factor must be -1 or 1 (one broker):
 anything else gets INVALID_REPLICATION_FACTOR. ``validate_only`` checks without creating.
 Manual replica assignments naming another broker get INVALID_REPLICA_ASSIGNMENT.
+With ACLs: CREATE on the cluster or the topic (else TOPIC_AUTHORIZATION_FAILED); the
+configs are answered only with DESCRIBE_CONFIGS on the topic, as Kafka does.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from headrace.broker.context import RequestContext
 from headrace.broker.errors import error_code_for
 from headrace.broker.registry import handles
 from headrace.errors import HeadraceError
+from headrace.protocol.acl_operations import AclOperation, ResourceType
 from headrace.protocol.errors import ErrorCode, KafkaProtocolError
 from headrace.storage.manager import MAX_PARTITIONS_PER_TOPIC
 
@@ -30,6 +33,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     results = []
     for t in request.topics:
         try:
+            if not ctx.may_create_topic(t.name):
+                ctx.require(AclOperation.CREATE, ResourceType.TOPIC, t.name)
             if t.replication_factor not in (-1, 1):
                 raise KafkaProtocolError(ErrorCode.INVALID_REPLICATION_FACTOR,
                                          f"replication factor {t.replication_factor} > 1 "
@@ -53,6 +58,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             except ValueError as e:
                 raise KafkaProtocolError(ErrorCode.INVALID_CONFIG, str(e)) from e
             shown = topic.config.as_kafka_configs() | topic.config_overrides
+            if not ctx.allowed(AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, t.name):
+                shown = {}
             results.append(_Result(
                 name=t.name, topic_id=topic.topic_id, error_code=0, error_message=None,
                 num_partitions=partitions, replication_factor=1,

@@ -1,6 +1,7 @@
 """DeleteGroups (key 42), versions 0-2: deletes Empty groups, classic or KIP-848 consumer
 groups, and their committed offsets (tombstones in ``__consumer_offsets``). A group with
-members gets NON_EMPTY_GROUP, an unknown one GROUP_ID_NOT_FOUND."""
+members gets NON_EMPTY_GROUP, an unknown one GROUP_ID_NOT_FOUND; with ACLs DELETE on the
+group is needed (else GROUP_AUTHORIZATION_FAILED)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from kafka.protocol.admin import DeleteGroupsRequest, DeleteGroupsResponse
 
 from headrace.broker.context import RequestContext
 from headrace.broker.registry import handles
+from headrace.protocol.acl_operations import AclOperation, ResourceType
 from headrace.protocol.errors import KafkaProtocolError
 
 _Result = DeleteGroupsResponse.DeletableGroupResult
@@ -20,6 +22,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     results = []
     for group_id in request.groups_names:
         try:
+            ctx.require(AclOperation.DELETE, ResourceType.GROUP, group_id)
             if not ctx.state.consumer_groups.delete(group_id):
                 ctx.state.groups.delete(group_id)
             else:

@@ -21,6 +21,7 @@ from headrace.broker.context import RequestContext
 from headrace.broker.errors import error_code_for
 from headrace.broker.registry import handles
 from headrace.errors import HeadraceError
+from headrace.protocol.acl_operations import AclOperation, ResourceType
 from headrace.storage.log import PartitionLog
 
 _TopicResult = DeleteRecordsResponse.DeleteRecordsTopicResult
@@ -41,6 +42,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         parts = []
         for p in t.partitions:
             try:
+                ctx.require(AclOperation.DELETE, ResourceType.TOPIC, t.name)
                 plog = logs.get_log(t.name, p.partition_index)
                 before = plog.log_start_offset
                 low = plog.delete_records(p.offset)

@@ -2,7 +2,8 @@
 
 Deletes topics by name (v6 also by topic id): metadata first, then the partition
 directories. Fetches waiting on a deleted partition answer UNKNOWN_TOPIC_OR_PARTITION
-on their next pass.
+on their next pass. With ACLs each topic needs DELETE (else
+TOPIC_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from headrace.broker.context import RequestContext
 from headrace.broker.errors import error_code_for
 from headrace.broker.registry import handles
 from headrace.errors import HeadraceError
+from headrace.protocol.acl_operations import AclOperation, ResourceType
 from headrace.protocol.errors import ErrorCode
 
 _Result = DeleteTopicsResponse.DeletableTopicResult
@@ -39,6 +41,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                                        error_message="unknown topic id"))
                 continue
         try:
+            ctx.require(AclOperation.DELETE, ResourceType.TOPIC, name)
             topic = logs.delete_topic(name)
             results.append(_Result(name=name, topic_id=topic.topic_id, error_code=0,
                                    error_message=None))

@@ -1,6 +1,7 @@
 """DescribeCluster (key 60), versions 0-1: this one broker, which is also the controller.
 
-Authorized operations, when asked: everything, as Kafka without an authorizer answers.
+With ACLs it needs DESCRIBE on the cluster (else CLUSTER_AUTHORIZATION_FAILED).
+Authorized operations, when asked: those the client may perform on the cluster.
 """
 
 from __future__ import annotations
@@ -11,18 +12,24 @@ from kafka.protocol.admin import DescribeClusterRequest, DescribeClusterResponse
 
 from headrace.broker.context import RequestContext
 from headrace.broker.registry import handles
-from headrace.protocol.acl_operations import CLUSTER_OPERATIONS, authorized
+from headrace.protocol.acl_operations import AclOperation, ResourceType
+from headrace.protocol.errors import ErrorCode
 
 
 @handles(DescribeClusterRequest, DescribeClusterResponse, max_version=1)
 async def handle(ctx: RequestContext, request: Any) -> Any:
     state = ctx.state
     node = state.config.node_id
+    if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.CLUSTER):
+        return DescribeClusterResponse(
+            throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+            error_message=None, endpoint_type=1, cluster_id="", controller_id=-1, brokers=[],
+            authorized_operations=None)
     return DescribeClusterResponse(
         throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1,
         cluster_id=state.logs.cluster_id, controller_id=node,
         brokers=[DescribeClusterResponse.DescribeClusterBroker(
             broker_id=node, host=ctx.listener.advertised_host, port=ctx.listener.port, rack=None)],
-        authorized_operations=authorized(request.include_cluster_authorized_operations,
-                                         CLUSTER_OPERATIONS),
+        authorized_operations=ctx.operations(request.include_cluster_authorized_operations,
+                                             ResourceType.CLUSTER),
     )

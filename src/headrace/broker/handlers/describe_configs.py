@@ -9,7 +9,8 @@ broker resource) in between; config types and, with ``include_documentation`` (v
 one-line doc. Broker resource ``"<node id>"``: the broker-wide topic defaults under
 Kafka's broker names (dynamic, with the same sources and synonyms), and the cleaner and
 listener settings (read-only, STATIC_BROKER_CONFIG). Resource ``""`` (the cluster-wide
-default): only the configs set there, as Kafka.
+default): only the configs set there, as Kafka. With ACLs: DESCRIBE_CONFIGS on the topic
+(else TOPIC_AUTHORIZATION_FAILED) or the cluster (else CLUSTER_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from typing import Any
 
 from kafka.protocol.admin import DescribeConfigsRequest, DescribeConfigsResponse
 
-from headrace.broker.context import RequestContext
+from headrace.broker.context import DENIED_CODES, RequestContext
 from headrace.broker.registry import handles
 from headrace.broker.state import BrokerState
+from headrace.protocol.acl_operations import CLUSTER_NAME, AclOperation, ResourceType
 from headrace.protocol.errors import ErrorCode
 from headrace.storage.config import CONFIG_DEFS, ConfigType, describe_topic_configs
 from headrace.storage.dynamic_config import BROKER as BROKER_SCOPE
@@ -91,10 +93,15 @@ def _error(rtype: int, name: str, code: ErrorCode, message: str) -> Any:
                    resource_name=name, configs=[])
 
 
-def _describe(state: BrokerState, resource: Any, synonyms: bool, docs: bool) -> Any:
+def _describe(ctx: RequestContext, resource: Any, synonyms: bool, docs: bool) -> Any:
+    state = ctx.state
     rtype, name = resource.resource_type, resource.resource_name
     keys = resource.configuration_keys
     entries = []
+    acl = {TOPIC: (ResourceType.TOPIC, name), BROKER: (ResourceType.CLUSTER, CLUSTER_NAME)}
+    if rtype in acl and not ctx.allowed(AclOperation.DESCRIBE_CONFIGS, *acl[rtype]):
+        return _error(rtype, name, DENIED_CODES[acl[rtype][0]],
+                      f"not authorized to describe the configs of {name!r}")
     if rtype == TOPIC:
         topic = state.logs.topics.get(name)
         if topic is None:
@@ -141,4 +148,4 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     docs = ctx.api_version >= 3 and bool(request.include_documentation)
     return DescribeConfigsResponse(
         throttle_time_ms=0,
-        results=[_describe(ctx.state, r, synonyms, docs) for r in request.resources])
+        results=[_describe(ctx, r, synonyms, docs) for r in request.resources])

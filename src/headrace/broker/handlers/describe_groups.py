@@ -1,8 +1,9 @@
 """DescribeGroups (key 15), versions 0-6: state, protocol and members (with metadata and
 assignment once Stable) of classic groups. Unknown groups, and KIP-848 consumer groups,
 are described as Dead with no members up to v5; v6 answers GROUP_ID_NOT_FOUND with a
-message for them, as Kafka 4.3 does. Authorized operations (v3+, when asked): everything
-a group supports, as Kafka without an authorizer answers."""
+message for them, as Kafka 4.3 does. With ACLs a group the client may not DESCRIBE
+answers GROUP_AUTHORIZATION_FAILED. Authorized operations (v3+, when asked): those the
+client may perform on the group."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from kafka.protocol.admin import DescribeGroupsRequest, DescribeGroupsResponse
 from headrace.broker.context import RequestContext
 from headrace.broker.groups.group import GroupState
 from headrace.broker.registry import handles
-from headrace.protocol.acl_operations import GROUP_OPERATIONS, authorized
+from headrace.protocol.acl_operations import AclOperation, ResourceType
 from headrace.protocol.errors import ErrorCode
 
 _Group = DescribeGroupsResponse.DescribedGroup
@@ -23,9 +24,14 @@ _Member = _Group.DescribedGroupMember
 @handles(DescribeGroupsRequest, DescribeGroupsResponse, max_version=6)
 async def handle(ctx: RequestContext, request: Any) -> Any:
     described = []
-    operations = authorized(getattr(request, "include_authorized_operations", False),
-                            GROUP_OPERATIONS)
+    asked = getattr(request, "include_authorized_operations", False)
     for group_id in request.groups:
+        operations = ctx.operations(asked, ResourceType.GROUP, group_id)
+        if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            described.append(_Group(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                                    group_id=group_id, group_state="", protocol_type="",
+                                    protocol_data="", members=[]))
+            continue
         if not group_id:
             described.append(_Group(error_code=ErrorCode.INVALID_GROUP_ID, group_id=group_id,
                                     group_state="", protocol_type="", protocol_data="",

@@ -4,6 +4,8 @@ One log directory, the broker's data directory: for each requested partition (or
 when ``topics`` is null) the bytes of its segment files, offset lag 0 (no replicas) and
 no future log; from v4 the volume's total and usable bytes (``statvfs``), which
 ``headrace capacity --live`` uses. Unknown topics or partitions are left out, as Kafka does.
+With ACLs it needs DESCRIBE on the cluster: else no directories, and (v3+)
+CLUSTER_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from kafka.protocol.admin import DescribeLogDirsRequest, DescribeLogDirsResponse
 
 from headrace.broker.context import RequestContext
 from headrace.broker.registry import handles
+from headrace.protocol.acl_operations import AclOperation, ResourceType
+from headrace.protocol.errors import ErrorCode
 
 _Result = DescribeLogDirsResponse.DescribeLogDirsResult
 _Topic = _Result.DescribeLogDirsTopic
@@ -24,6 +28,9 @@ _Partition = _Topic.DescribeLogDirsPartition
 @handles(DescribeLogDirsRequest, DescribeLogDirsResponse, max_version=4)
 async def handle(ctx: RequestContext, request: Any) -> Any:
     logs = ctx.state.logs
+    if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.CLUSTER):
+        return DescribeLogDirsResponse(throttle_time_ms=0, results=[],
+                                       error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     wanted: dict[str, list[int] | None]
     if request.topics is None:
         wanted = dict.fromkeys(logs.topics)

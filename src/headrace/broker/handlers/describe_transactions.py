@@ -1,5 +1,7 @@
 """DescribeTransactions (key 65), version 0: state, producer id and epoch, timeout, start
-time and partitions of each transactional id; TRANSACTIONAL_ID_NOT_FOUND if unknown."""
+time and partitions of each transactional id; TRANSACTIONAL_ID_NOT_FOUND if unknown. With
+ACLs: DESCRIBE on the transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED), and
+only the topics the client may DESCRIBE are listed."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from kafka.protocol.admin import DescribeTransactionsRequest, DescribeTransactio
 
 from headrace.broker.context import RequestContext
 from headrace.broker.registry import handles
+from headrace.protocol.acl_operations import AclOperation, ResourceType
 from headrace.protocol.errors import ErrorCode
 
 _State = DescribeTransactionsResponse.TransactionState
@@ -20,14 +23,18 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     out = []
     for tid in request.transactional_ids:
         t = ctx.state.txns.txns.get(tid)
-        if t is None:
-            out.append(_State(error_code=ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
+        denied = not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tid)
+        if t is None or denied:
+            out.append(_State(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                              if denied else ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
                               transactional_id=tid, transaction_state="",
                               transaction_timeout_ms=0, transaction_start_time_ms=-1,
                               producer_id=-1, producer_epoch=-1, topics=[]))
             continue
         by_topic: dict[str, list[int]] = {}
         for topic, p in sorted(t.partitions):
+            if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, topic):
+                continue
             by_topic.setdefault(topic, []).append(p)
         out.append(_State(error_code=0, transactional_id=tid, transaction_state=t.state.label,
                           transaction_timeout_ms=t.timeout_ms,

@@ -2,7 +2,8 @@
 
 The mechanisms and iteration counts of each user's SCRAM credentials (never the keys).
 No user list (null or empty, as KIP-554 says) describes every user; an unknown user is RESOURCE_NOT_FOUND, a name
-asked twice DUPLICATE_RESOURCE. No authorizer yet: anyone may describe.
+asked twice DUPLICATE_RESOURCE. With ACLs: DESCRIBE on the cluster (else
+CLUSTER_AUTHORIZATION_FAILED for the request).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from kafka.protocol.admin.users import (
 from headrace.broker.context import RequestContext
 from headrace.broker.registry import handles
 from headrace.broker.security.scram import MECHANISM_IDS
+from headrace.protocol.acl_operations import AclOperation, ResourceType
 from headrace.protocol.errors import ErrorCode
 
 R = DescribeUserScramCredentialsResponse
@@ -26,6 +28,9 @@ R = DescribeUserScramCredentialsResponse
          max_version=0)
 async def handle(ctx: RequestContext, request: Any) -> Any:
     store = ctx.state.credentials
+    if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.CLUSTER):
+        return R(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                 error_message="not authorized to describe SCRAM credentials", results=[])
     names = ([u.name for u in request.users] if request.users
              else sorted({user for user, _m in store.credentials}))
     results = []

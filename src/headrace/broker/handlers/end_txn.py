@@ -2,7 +2,7 @@
 
 Markers go to every partition of the transaction before the answer (fsynced first when
 the broker runs with ``--fsync``). A retry of the same outcome succeeds; the opposite
-outcome gets INVALID_TXN_STATE.
+outcome gets INVALID_TXN_STATE. With ACLs: WRITE on the transactional id.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from headrace.broker.context import RequestContext
 from headrace.broker.errors import error_code_for
 from headrace.broker.handlers._txn import fenced_code
 from headrace.broker.registry import DeferredResponse, handles
+from headrace.protocol.acl_operations import AclOperation, ResourceType
 from headrace.protocol.errors import KafkaProtocolError
 
 
@@ -22,6 +23,7 @@ from headrace.protocol.errors import KafkaProtocolError
 async def handle(ctx: RequestContext, request: Any) -> Any:
     state = ctx.state
     try:
+        ctx.require(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id)
         written = state.txns.end_txn(request.transactional_id, request.producer_id,
                                      request.producer_epoch, bool(request.committed))
     except KafkaProtocolError as e:

@@ -9,7 +9,8 @@ the limits (KIP-74), ``partition_max_bytes`` per partition and ``max_bytes`` (v3
 response. Long poll: when fewer than ``min_bytes`` are available the request waits up to
 ``max_wait_ms``, woken by appends (and transaction markers) to any requested partition.
 read_committed (v4+) reads stop at the last stable offset, and the aborted transactions
-overlapping the read are listed so clients drop their records. Fetch sessions (KIP-227) are declined
+overlapping the read are listed so clients drop their records. With ACLs each topic needs
+READ (else its partitions answer TOPIC_AUTHORIZATION_FAILED). Fetch sessions (KIP-227) are declined
 with session id 0, so clients send full fetches. Not implemented: follower fetching,
 rack-aware replica selection.
 """
@@ -28,6 +29,7 @@ from headrace.broker.registry import handles
 from headrace.broker.sendfile import FramedResponse
 from headrace.broker.state import TopicPartition
 from headrace.errors import HeadraceError
+from headrace.protocol.acl_operations import AclOperation, ResourceType
 from headrace.protocol.errors import ErrorCode
 from headrace.protocol.fetch_response import FetchPartition, FetchTopic, encode_fetch_response
 from headrace.storage.log import FileRegion
@@ -53,8 +55,11 @@ def _read_all(
                 records_length=0) for p in topic.partitions], topic_id))
             had_error = True
             continue
+        denied = not ctx.allowed(AclOperation.READ, ResourceType.TOPIC, name)
         for p in topic.partitions:
             try:
+                if denied:
+                    ctx.require(AclOperation.READ, ResourceType.TOPIC, name)
                 plog = logs.get_log(name, p.partition)
                 limit = min(p.partition_max_bytes, max(max_bytes - total, 0))
                 lso = plog.last_stable_offset

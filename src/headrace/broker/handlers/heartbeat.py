@@ -9,12 +9,14 @@ from kafka.protocol.consumer import HeartbeatRequest, HeartbeatResponse
 
 from headrace.broker.context import RequestContext
 from headrace.broker.registry import handles
+from headrace.protocol.acl_operations import AclOperation, ResourceType
 from headrace.protocol.errors import KafkaProtocolError
 
 
 @handles(HeartbeatRequest, HeartbeatResponse, max_version=4)
 async def handle(ctx: RequestContext, request: Any) -> Any:
     try:
+        ctx.require(AclOperation.READ, ResourceType.GROUP, request.group_id)
         ctx.state.groups.heartbeat(request.group_id, request.generation_id, request.member_id,
                                    request.group_instance_id if ctx.api_version >= 3 else None)
         code = 0

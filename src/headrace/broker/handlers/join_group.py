@@ -3,7 +3,8 @@
 The response waits for the rebalance to complete (the connection's later requests wait
 with it, as in Kafka). v4+ members without an id get MEMBER_ID_REQUIRED first (KIP-394).
 ``skip_assignment`` (v9, KIP-814) is set when a static leader rejoins a Stable group with
-unchanged protocols: it gets its old assignment back without a rebalance.
+unchanged protocols: it gets its old assignment back without a rebalance. With ACLs it
+needs READ on the group (else GROUP_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from kafka.protocol.consumer import JoinGroupRequest, JoinGroupResponse
 from headrace.broker.context import RequestContext
 from headrace.broker.groups.coordinator import JoinRequest
 from headrace.broker.registry import handles
+from headrace.protocol.acl_operations import AclOperation, ResourceType
+from headrace.protocol.errors import ErrorCode
 
 _Member = JoinGroupResponse.JoinGroupResponseMember
 
@@ -22,6 +25,11 @@ _Member = JoinGroupResponse.JoinGroupResponseMember
 @handles(JoinGroupRequest, JoinGroupResponse, max_version=9)
 async def handle(ctx: RequestContext, request: Any) -> Any:
     v = ctx.api_version
+    if not ctx.allowed(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return JoinGroupResponse(
+            throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
+            generation_id=-1, protocol_type=None, protocol_name=None, leader="",
+            skip_assignment=False, member_id=request.member_id, members=[])
     req = JoinRequest(
         group_id=request.group_id,
         member_id=request.member_id,

@@ -9,7 +9,8 @@ from kafka.protocol.consumer import LeaveGroupRequest, LeaveGroupResponse
 
 from headrace.broker.context import RequestContext
 from headrace.broker.registry import handles
-from headrace.protocol.errors import KafkaProtocolError
+from headrace.protocol.acl_operations import AclOperation, ResourceType
+from headrace.protocol.errors import ErrorCode, KafkaProtocolError
 
 _Member = LeaveGroupResponse.MemberResponse
 
@@ -17,6 +18,9 @@ _Member = LeaveGroupResponse.MemberResponse
 @handles(LeaveGroupRequest, LeaveGroupResponse, max_version=5)
 async def handle(ctx: RequestContext, request: Any) -> Any:
     groups = ctx.state.groups
+    if not ctx.allowed(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return LeaveGroupResponse(throttle_time_ms=0, members=[],
+                                  error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     if ctx.api_version < 3:
         try:
             groups.leave(request.group_id, request.member_id, None)

@@ -2,7 +2,8 @@
 Empty groups that only hold committed offsets), filtered by state (v4+, case-insensitive)
 and type (v5+). Classic groups are of type "classic"; KIP-848 consumer groups of type
 "consumer" with protocol type "consumer" and their Empty/Assigning/Reconciling/Stable
-state, as Kafka lists them."""
+state, as Kafka lists them. With ACLs: every group for DESCRIBE on the cluster, else the
+groups the client may DESCRIBE."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from kafka.protocol.admin import ListGroupsRequest, ListGroupsResponse
 
 from headrace.broker.context import RequestContext
 from headrace.broker.registry import handles
+from headrace.protocol.acl_operations import AclOperation, ResourceType
 
 _Listed = ListGroupsResponse.ListedGroup
 
@@ -25,6 +27,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             for g in ctx.state.groups.groups.values()]
     rows += [(g.group_id, "consumer", g.state.value, "consumer")
              for g in ctx.state.consumer_groups.groups.values()]
+    if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.CLUSTER):
+        rows = [r for r in rows if ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, r[0])]
     listed = [_Listed(group_id=group_id, protocol_type=protocol_type, group_state=state,
                       group_type=group_type)
               for group_id, protocol_type, state, group_type in rows

@@ -18,6 +18,7 @@ from headrace.broker.context import RequestContext
 from headrace.broker.errors import error_code_for
 from headrace.broker.registry import handles
 from headrace.errors import HeadraceError
+from headrace.protocol.acl_operations import AclOperation, ResourceType
 from headrace.storage.log import PartitionLog
 
 _TopicResp = ListOffsetsResponse.ListOffsetsTopicResponse
@@ -45,6 +46,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         parts = []
         for p in t.partitions:
             try:
+                ctx.require(AclOperation.DESCRIBE, ResourceType.TOPIC, t.name)
                 plog = ctx.state.logs.get_log(t.name, p.partition_index)
                 offset, ts = lookup(plog, p.timestamp, read_committed)
                 parts.append(_PartResp(partition_index=p.partition_index, error_code=0,

@@ -1,6 +1,7 @@
 """ListTransactions (key 66), versions 0-1: transactional ids with their producer id and
 state, filtered by state, producer id and (v1) minimum open duration. Unknown state
-names are echoed back in ``unknown_state_filters``."""
+names are echoed back in ``unknown_state_filters``. With ACLs only the transactional ids
+the client may DESCRIBE are listed."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from kafka.protocol.admin import ListTransactionsRequest, ListTransactionsRespon
 from headrace.broker.context import RequestContext
 from headrace.broker.registry import handles
 from headrace.broker.txn.log import TxnState
+from headrace.protocol.acl_operations import AclOperation, ResourceType
 
 _State = ListTransactionsResponse.TransactionState
 _KNOWN = {s.label for s in TxnState}
@@ -28,4 +30,6 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         throttle_time_ms=0, error_code=0, unknown_state_filters=sorted(states - _KNOWN),
         transaction_states=[_State(transactional_id=t.transactional_id,
                                    producer_id=t.producer_id, transaction_state=t.state.label)
-                            for t in found])
+                            for t in found if ctx.allowed(AclOperation.DESCRIBE,
+                                                          ResourceType.TRANSACTIONAL_ID,
+                                                          t.transactional_id)])

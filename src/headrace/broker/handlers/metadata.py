@@ -6,8 +6,11 @@ before) and the broker allows it; otherwise UNKNOWN_TOPIC_OR_PARTITION. A null t
 (v1+) means all topics. A topic with a non-zero topic id (v10+) is looked up by that id,
 its name ignored, as Kafka does (the Java Admin's ``describeTopics(TopicCollection.
 ofTopicIds(...))`` sends the id with an empty name): UNKNOWN_TOPIC_ID if no topic has it;
-ids are never auto-created. Authorized operations (v8+, when asked): everything, as Kafka
-without an authorizer answers.
+ids are never auto-created. With ACLs (``--authorizer``): listing all topics shows only
+those the client may DESCRIBE, as Kafka hides them; a named one it may not describe
+answers TOPIC_AUTHORIZATION_FAILED, and auto-creation needs CREATE on the cluster or the
+topic (else UNKNOWN_TOPIC_OR_PARTITION). Authorized operations (v8+, when asked): those
+the client may perform.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from headrace.broker.context import RequestContext
 from headrace.broker.errors import error_code_for
 from headrace.broker.registry import handles
-from headrace.protocol.acl_operations import CLUSTER_OPERATIONS, TOPIC_OPERATIONS, authorized
+from headrace.protocol.acl_operations import AclOperation, ResourceType
 from headrace.protocol.errors import ErrorCode
 from headrace.storage.errors import StorageError
 from headrace.storage.manager import Topic
@@ -30,10 +33,12 @@ _Partition = _Topic.MetadataResponsePartition
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-def _topic_entry(ctx: RequestContext, topic: Topic, operations: set[int] | None) -> Any:
+def _topic_entry(ctx: RequestContext, topic: Topic, request: Any) -> Any:
     node = ctx.state.config.node_id
     return _Topic(
-        authorized_operations=operations,
+        authorized_operations=ctx.operations(
+            getattr(request, "include_topic_authorized_operations", False),
+            ResourceType.TOPIC, topic.name),
         error_code=0,
         name=topic.name,
         topic_id=topic.topic_id,
@@ -50,11 +55,10 @@ def _topic_entry(ctx: RequestContext, topic: Topic, operations: set[int] | None)
 async def handle(ctx: RequestContext, request: Any) -> Any:
     state = ctx.state
     requested = request.topics
-    topic_operations = authorized(
-        getattr(request, "include_topic_authorized_operations", False), TOPIC_OPERATIONS)
     entries = []
     if requested is None or (ctx.api_version == 0 and not requested):
-        entries = [_topic_entry(ctx, t, topic_operations) for t in state.logs.topics.values()]
+        entries = [_topic_entry(ctx, t, request) for t in state.logs.topics.values()
+                   if ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, t.name)]
     else:
         allow = ctx.api_version < 4 or bool(request.allow_auto_topic_creation)
         by_id = state.topics_by_id() if ctx.api_version >= 10 else {}
@@ -66,17 +70,24 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                 if found is None:
                     entries.append(_Topic(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None,
                                           topic_id=topic_id, partitions=[]))
+                elif not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, found):
+                    entries.append(_Topic(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                          name=None, topic_id=topic_id, partitions=[]))
                 else:
-                    entries.append(_topic_entry(ctx, state.logs.get_topic(found),
-                                                topic_operations))
+                    entries.append(_topic_entry(ctx, state.logs.get_topic(found), request))
                 continue
             if name is None:  # neither a name nor an id
                 entries.append(_Topic(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None,
                                       topic_id=_ZERO_UUID, partitions=[]))
                 continue
+            if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, name):
+                entries.append(_Topic(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                      name=name, topic_id=_ZERO_UUID, partitions=[]))
+                continue
             try:
-                entries.append(_topic_entry(ctx, state.topic_for_write(name, allow),
-                                            topic_operations))
+                create = allow and (name in state.logs.topics or ctx.may_create_topic(name))
+                entries.append(_topic_entry(ctx, state.topic_for_write(name, create),
+                                            request))
             except StorageError as e:
                 entries.append(_Topic(error_code=error_code_for(e), name=name,
                                       topic_id=_ZERO_UUID, partitions=[]))
@@ -92,7 +103,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         controller_id=cfg.node_id,
         topics=entries,
         error_code=0,
-        authorized_operations=authorized(
+        authorized_operations=ctx.operations(
             getattr(request, "include_cluster_authorized_operations", False),
-            CLUSTER_OPERATIONS),
+            ResourceType.CLUSTER),
     )

@@ -9,7 +9,9 @@ non-member, STALE_MEMBER_EPOCH for any other epoch than the member's, and
 UNSUPPORTED_VERSION below v9, as Kafka 4.3 answers.
 Metadata over ``offset.metadata.max.bytes`` gets OFFSET_METADATA_TOO_LARGE for that
 partition. Offsets go to ``__consumer_offsets`` before the answer (fsynced first when
-the broker runs with ``--fsync``). Not implemented: retention_time_ms (v2-4) expiry.
+the broker runs with ``--fsync``). With ACLs: READ on the group (else every partition
+answers GROUP_AUTHORIZATION_FAILED) and on each topic (else TOPIC_AUTHORIZATION_FAILED).
+Not implemented: retention_time_ms (v2-4) expiry.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from headrace.broker.context import RequestContext
 from headrace.broker.handlers._offsets import collect_commits
 from headrace.broker.registry import DeferredResponse, handles
 from headrace.errors import HeadraceError
+from headrace.protocol.acl_operations import AclOperation, ResourceType
 from headrace.protocol.errors import ErrorCode, KafkaProtocolError
 
 _Topic = OffsetCommitResponse.OffsetCommitResponseTopic
@@ -35,6 +38,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     epoch = request.generation_id_or_member_epoch if v >= 1 else -1
     member_id = request.member_id if v >= 1 else ""
     try:
+        ctx.require(AclOperation.READ, ResourceType.GROUP, request.group_id)
         if not state.consumer_groups.check_offset_commit(request.group_id, member_id, epoch, v):
             state.groups.check_commit(request.group_id, epoch, member_id,
                                       request.group_instance_id if v >= 7 else None)
@@ -43,7 +47,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         group_code = e.code
     accepted, codes = collect_commits(request.topics, group_code,
                                       state.config.offset_metadata_max_bytes, v >= 6,
-                                      state.logs)
+                                      state.logs, ctx.may_read_topic)
     written = None
     if accepted:
         try:

@@ -2,7 +2,9 @@
 partitions. Refused per partition with GROUP_SUBSCRIBED_TO_TOPIC while a live member
 is assigned (subscribed to) that topic; GROUP_ID_NOT_FOUND for an unknown group.
 Subscriptions are read from the members' consumer-protocol metadata (classic groups) or
-their resolved topic names and regexes (KIP-848 consumer groups)."""
+their resolved topic names and regexes (KIP-848 consumer groups). With ACLs: DELETE on
+the group (else GROUP_AUTHORIZATION_FAILED) and READ on each topic (else
+TOPIC_AUTHORIZATION_FAILED)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from kafka.protocol.consumer import OffsetDeleteRequest, OffsetDeleteResponse
 from headrace.broker.context import RequestContext
 from headrace.broker.groups.group import Group
 from headrace.broker.registry import handles
+from headrace.protocol.acl_operations import AclOperation, ResourceType
 from headrace.protocol.consumer_protocol import subscribed_topics
 from headrace.protocol.errors import ErrorCode
 
@@ -31,6 +34,9 @@ def _subscribed(group: Group) -> set[str]:
 
 @handles(OffsetDeleteRequest, OffsetDeleteResponse, max_version=0)
 async def handle(ctx: RequestContext, request: Any) -> Any:
+    if not ctx.allowed(AclOperation.DELETE, ResourceType.GROUP, request.group_id):
+        return OffsetDeleteResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                                    throttle_time_ms=0, topics=[])
     consumer_group = ctx.state.consumer_groups.group(request.group_id)
     group = ctx.state.groups.group(request.group_id)
     if consumer_group is not None:
@@ -48,7 +54,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     for t in request.topics:
         parts = []
         for p in t.partitions:
-            if t.name in subscribed:
+            if not ctx.may_read_topic(t.name):
+                code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif t.name in subscribed:
                 code = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
             else:
                 code = ErrorCode.NONE

@@ -7,7 +7,10 @@ whose offset an open transaction has staged answers UNSTABLE_OFFSET_COMMIT (the 
 retries once the transaction ends). v9+: a member of a KIP-848 consumer group names
 itself and its epoch; a non-member gets UNKNOWN_MEMBER_ID, another epoch
 STALE_MEMBER_EPOCH (group-level error, no topics); epoch -1 (admin clients) is not checked.
-v10 (topics by id) is not served.
+With ACLs: DESCRIBE on the group (else GROUP_AUTHORIZATION_FAILED, per group from v8, for
+the request from v2, per partition before) and on each topic (a named topic answers
+TOPIC_AUTHORIZATION_FAILED per partition; "every committed partition" leaves the topics
+out). v10 (topics by id) is not served.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from kafka.protocol.consumer import OffsetFetchRequest, OffsetFetchResponse
 from headrace.broker.context import RequestContext
 from headrace.broker.groups.offsets import CommittedOffset
 from headrace.broker.registry import handles
+from headrace.protocol.acl_operations import AclOperation, ResourceType
 from headrace.protocol.errors import ErrorCode, KafkaProtocolError
 
 _OldTopic = OffsetFetchResponse.OffsetFetchResponseTopic
@@ -31,6 +35,8 @@ _NONE = CommittedOffset(-1, -1, "", -1)
 
 def _code(ctx: RequestContext, group_id: str, topic: str, partition: int,
           require_stable: bool) -> int:
+    if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, topic):
+        return int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
     if require_stable and ctx.state.offsets.is_unstable(group_id, (topic, partition)):
         return int(ErrorCode.UNSTABLE_OFFSET_COMMIT)
     return 0
@@ -42,6 +48,8 @@ def _lookup(ctx: RequestContext, group_id: str,
     if topics is None:
         by_topic: dict[str, list[tuple[int, CommittedOffset]]] = {}
         for (t, p), c in sorted(committed.items()):
+            if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, t):
+                continue
             by_topic.setdefault(t, []).append((p, c))
         return list(by_topic.items())
     return [(t, [(p, committed.get((t, p), _NONE)) for p in parts]) for t, parts in topics]
@@ -53,6 +61,10 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     if ctx.api_version >= 8:
         groups = []
         for g in request.groups:
+            if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id):
+                groups.append(_Group(group_id=g.group_id, topics=[],
+                                     error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED))
+                continue
             if ctx.api_version >= 9:
                 try:
                     ctx.state.consumer_groups.check_offset_fetch(g.group_id, g.member_id,
@@ -73,6 +85,13 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
     wanted = None if request.topics is None else [(t.name, list(t.partition_indexes))
                                                   for t in request.topics]
+    if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, request.group_id):
+        denied = ErrorCode.GROUP_AUTHORIZATION_FAILED
+        return OffsetFetchResponse(throttle_time_ms=0, error_code=denied, topics=[
+            _OldTopic(name=t, partitions=[
+                _OldPartition(partition_index=p, committed_offset=-1, committed_leader_epoch=-1,
+                              metadata="", error_code=denied) for p in parts])
+            for t, parts in wanted or []])
     return OffsetFetchResponse(throttle_time_ms=0, error_code=0, topics=[
         _OldTopic(name=t, partitions=[
             _OldPartition(partition_index=p, committed_offset=c.offset,

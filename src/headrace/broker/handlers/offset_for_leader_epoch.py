@@ -15,6 +15,7 @@ from headrace.broker.context import RequestContext
 from headrace.broker.errors import error_code_for
 from headrace.broker.registry import handles
 from headrace.errors import HeadraceError
+from headrace.protocol.acl_operations import AclOperation, ResourceType
 
 _TopicResp = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
 _PartResp = _TopicResp.EpochEndOffset
@@ -27,6 +28,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         parts = []
         for p in t.partitions:
             try:
+                ctx.require(AclOperation.DESCRIBE, ResourceType.TOPIC, t.topic)
                 plog = ctx.state.logs.get_log(t.topic, p.partition)
                 known = p.leader_epoch <= 0
                 parts.append(_PartResp(error_code=0, partition=p.partition,

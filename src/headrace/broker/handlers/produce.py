@@ -21,6 +21,9 @@ transactional id must map to the batch's producer id and epoch, with the partiti
 to its Ongoing transaction (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
 INVALID_PRODUCER_ID_MAPPING, INVALID_PRODUCER_EPOCH or INVALID_TXN_STATE). With message.timestamp.type=LogAppendTime each batch is
 stamped with the broker's clock (``log_validation``), answered in ``log_append_time_ms``.
+With ACLs: a transactional request needs WRITE on its transactional id (else every
+partition answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED), each topic WRITE (else
+TOPIC_AUTHORIZATION_FAILED), and a missing topic is auto-created only with CREATE.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from headrace.broker.errors import error_code_for
 from headrace.broker.log_validation import validate_for_log
 from headrace.broker.registry import DeferredResponse, handles
 from headrace.errors import HeadraceError
+from headrace.protocol.acl_operations import AclOperation, ResourceType
 from headrace.protocol.errors import ErrorCode, KafkaProtocolError, RecordValidationError
 from headrace.protocol.records import validate_batches
 from headrace.storage.config import LONG_MAX
@@ -51,14 +55,24 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     acks = request.acks
     to_flush: set[PartitionLog] = set()
     answers: list[tuple[str, list[Any]]] = []
+    txn_id = request.transactional_id
+    txn_denied = txn_id is not None and not ctx.allowed(
+        AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id)
     for topic_data in request.topic_data:
         parts: list[Any] = []
+        name = topic_data.name
+        topic_denied = not ctx.allowed(AclOperation.WRITE, ResourceType.TOPIC, name)
         for pd in topic_data.partition_data:
             partition_log: PartitionLog | None = None
             try:
                 if acks not in (-1, 0, 1):
                     raise KafkaProtocolError(ErrorCode.INVALID_REQUIRED_ACKS)
-                plog = state.topic_for_write(topic_data.name).partitions
+                if txn_denied:
+                    ctx.require(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id)
+                if topic_denied:
+                    ctx.require(AclOperation.WRITE, ResourceType.TOPIC, name)
+                plog = state.topic_for_write(
+                    name, name in state.logs.topics or ctx.may_create_topic(name)).partitions
                 if not 0 <= pd.index < len(plog):
                     raise KafkaProtocolError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 partition_log = plog[pd.index]

@@ -12,6 +12,7 @@ from kafka.protocol.consumer import SyncGroupRequest, SyncGroupResponse
 
 from headrace.broker.context import RequestContext
 from headrace.broker.registry import handles
+from headrace.protocol.acl_operations import AclOperation, ResourceType
 from headrace.protocol.errors import KafkaProtocolError
 
 
@@ -20,6 +21,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     v = ctx.api_version
     groups = ctx.state.groups
     try:
+        ctx.require(AclOperation.READ, ResourceType.GROUP, request.group_id)
         assignment = await groups.sync(
             request.group_id, request.generation_id, request.member_id,
             request.group_instance_id if v >= 3 else None,

@@ -3,7 +3,8 @@
 The mechanisms and iteration counts of each user's SCRAM credentials (never the keys).
 No user list (null or empty, as KIP-554 says) describes every user; an unknown user is RESOURCE_NOT_FOUND, a name
 asked twice DUPLICATE_RESOURCE. With ACLs: DESCRIBE on the cluster (else
-CLUSTER_AUTHORIZATION_FAILED for the request).
+CLUSTER_AUTHORIZATION_FAILED for the request and each user named). librdkafka 2.16
+crashes (heap corruption) on that answer to a describe-all, from Apache Kafka as well.
 """
 
 from __future__ import annotations
@@ -29,8 +30,12 @@ R = DescribeUserScramCredentialsResponse
 async def handle(ctx: RequestContext, request: Any) -> Any:
     store = ctx.state.credentials
     if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.CLUSTER):
-        return R(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
-                 error_message="not authorized to describe SCRAM credentials", results=[])
+        # As Kafka: the request's error, repeated for each user named.
+        denied, why = ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed."
+        return R(throttle_time_ms=0, error_code=denied, error_message=why, results=[
+            R.DescribeUserScramCredentialsResult(user=u.name, error_code=denied,
+                                                 error_message=why, credential_infos=[])
+            for u in request.users or ()])
     names = ([u.name for u in request.users] if request.users
              else sorted({user for user, _m in store.credentials}))
     results = []

@@ -62,6 +62,9 @@ class BrokerConfig:
     ssl: SslConfig = field(default_factory=SslConfig)
     # Kafka's sasl.enabled.mechanisms, for SASL_PLAINTEXT and SASL_SSL listeners.
     sasl_enabled_mechanisms: tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+    # KIP-368 (connections.max.reauth.ms): a SASL login lasts this long, then the client
+    # must re-authenticate on its connection or be disconnected; 0: forever.
+    connections_max_reauth_ms: int = 0
     # ACLs on every API (Kafka's authorizer.class.name, super.users,
     # allow.everyone.if.no.acl.found); off: every client may do everything.
     authorizer: AuthorizerConfig = field(default_factory=AuthorizerConfig)

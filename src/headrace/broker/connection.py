@@ -123,8 +123,14 @@ class Connection:
             request = spec.request_class.decode(memoryview(frame)[body_pos:], version=version)
         except Exception as e:
             raise FramingError(f"undecodable {spec.request_class.__name__} v{version}: {e}") from e
-        if not self.session.authenticated and header.api_key not in SASL_OPEN_KEYS:
-            raise FramingError(f"API key {header.api_key} before SASL authentication")
+        if header.api_key not in SASL_OPEN_KEYS:
+            if not self.session.authenticated:
+                raise FramingError(f"API key {header.api_key} before SASL authentication")
+            expires = self.session.expires_at
+            if expires is not None and time.monotonic() > expires:
+                # KIP-368: the login expired and the client did not re-authenticate
+                raise FramingError(f"API key {header.api_key} after the SASL session of "
+                                   f"{self.session.principal} expired")
         ctx = RequestContext(self.state, version, header.client_id, self.peer, self.listener,
                              self.session)
         started = time.perf_counter()

@@ -83,3 +83,6 @@ class Session:
     mechanism: str | None = None
     scram: ScramServer | None = None
     close_after: bool = False  # a failed authentication: close after this response
+    # KIP-368: when the authentication expires (time.monotonic()); past it only a
+    # re-authentication (SaslHandshake, SaslAuthenticate, ApiVersions) is served
+    expires_at: float | None = None

@@ -191,6 +191,10 @@ def broker(
         str, typer.Option(help="Principals allowed everything, 'User:admin;User:ops' "
                           "(super.users).")
     ] = "",
+    connections_max_reauth_ms: Annotated[
+        int, typer.Option(min=0, help="SASL logins expire after this long; clients must "
+                          "re-authenticate (KIP-368, connections.max.reauth.ms; 0: never).")
+    ] = 0,
     allow_everyone_if_no_acl_found: Annotated[
         bool, typer.Option("--allow-everyone-if-no-acl-found", help="Allow an operation on a "
                            "resource no ACL names (allow.everyone.if.no.acl.found).")
@@ -239,6 +243,7 @@ def broker(
                       ssl_handshake_timeout),
         authorizer=AuthorizerConfig(authorizer, parse_super_users(super_users),
                                     allow_everyone_if_no_acl_found),
+        connections_max_reauth_ms=connections_max_reauth_ms,
     )
     try:
         listeners = parse_listeners(listener or [], listener_security_protocol_map)

@@ -4,12 +4,16 @@ Runs the mechanism the handshake chose: PLAIN (one token; the password is checke
 against the user's stored SCRAM credential, so no plaintext is kept anywhere) or
 SCRAM-SHA-256/512 (two round trips, RFC 5802). Success authenticates the connection as
 ``User:<name>``; a failure answers SASL_AUTHENTICATION_FAILED, and the connection is
-closed after the response, as Kafka does. ``session_lifetime_ms`` is 0: no
-re-authentication is required (a client may still re-authenticate).
+closed after the response, as Kafka does. Re-authentication (KIP-368): with
+``connections.max.reauth.ms`` set, a v1+ login answers that ``session_lifetime_ms`` and
+the connection serves nothing but a new login once it passed (``connection``); a
+re-authentication must keep the principal (else SASL_AUTHENTICATION_FAILED, then closed).
+Without it (0, the default) a login lasts as long as the connection.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslAuthenticateResponse
@@ -31,6 +35,24 @@ def _answer(token: bytes = b"", error: str | None = None) -> Any:
                                     session_lifetime_ms=0)
 
 
+def _logged_in(ctx: RequestContext, user: str, token: bytes) -> Any:
+    """Authenticate the connection as ``user`` and answer ``token``; a re-authentication
+    as someone else fails."""
+    session = ctx.session
+    principal = f"User:{user}"
+    if session.authenticated and session.principal != principal:  # (SASL listeners only)
+        raise AuthenticationError(f"re-authentication as {principal} on a connection of "
+                                  f"{session.principal}")
+    session.principal, session.authenticated = principal, True
+    session.mechanism = session.scram = None
+    response = _answer(token)
+    lifetime = ctx.state.config.connections_max_reauth_ms
+    if lifetime > 0 and ctx.api_version >= 1:
+        session.expires_at = time.monotonic() + lifetime / 1000
+        response.session_lifetime_ms = lifetime
+    return response
+
+
 @handles(SaslAuthenticateRequest, SaslAuthenticateResponse, max_version=2)
 async def handle(ctx: RequestContext, request: Any) -> Any:
     session = ctx.session
@@ -47,15 +69,12 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             _authzid, user, password = parse_plain(token)
             if not any(password_matches(c, password) for c in store.any_for(user)):
                 raise AuthenticationError("authentication failed: invalid credentials")
-            session.principal, session.authenticated, session.mechanism = f"User:{user}", True, None
-            return _answer()
+            return _logged_in(ctx, user, b"")
         if session.scram is None:
             session.scram = ScramServer(mechanism, lambda u: store.lookup(u, mechanism))
             return _answer(session.scram.first(token))
         final = session.scram.final(token)
-        session.principal = f"User:{session.scram.user}"
-        session.authenticated, session.mechanism, session.scram = True, None, None
-        return _answer(final)
+        return _logged_in(ctx, session.scram.user, final)
     except AuthenticationError as e:
         session.scram = None
         session.close_after = True

@@ -18,7 +18,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -261,20 +261,27 @@ def format_kraft_storage(properties: Path, jvm_options: Sequence[str] = ()) -> N
         raise EmbeddedBrokerError(f"formatting Kafka's storage failed:\n{fmt.stdout}{fmt.stderr}")
 
 
+def _client_args(settings: Mapping[str, str]) -> list[str]:
+    return [arg for k, v in settings.items() for arg in ("-X", f"{k}={v}")]
+
+
 class SchemaRegistryProcess(_ServerProcess):
     """A ``headrace registry`` subprocess against ``bootstrap_servers``, for tests.
 
     ``with SchemaRegistryProcess(broker.bootstrap_servers) as r: ... r.url``. ``start()``
     blocks until ``_schemas`` is replayed and HTTP is served; ``kill()`` is SIGKILL, and
-    ``start()`` again comes back on the same port. ``topic`` and ``group`` as the CLI's.
+    ``start()`` again comes back on the same port. ``topic`` and ``group`` as the CLI's;
+    ``client_config``: the registry's Kafka client settings (``headrace -X``).
     """
 
     READY_MARKER = "headrace registry listening on "
 
     def __init__(self, bootstrap_servers: str, topic: str = "_schemas",
                  group: str = "headrace-schema-registry", host: str = "127.0.0.1",
-                 start_timeout: float = 60.0) -> None:
+                 start_timeout: float = 60.0,
+                 client_config: Mapping[str, str] | None = None) -> None:
         self.bootstrap_servers = bootstrap_servers
+        self.client_config = dict(client_config or {})
         self.topic = topic
         self.group = group
         self.host = host
@@ -291,7 +298,8 @@ class SchemaRegistryProcess(_ServerProcess):
         """Start the process; wait until it serves. Blocks."""
         if self.process is not None and self.process.poll() is None:
             raise EmbeddedBrokerError("registry already running")
-        cmd = [sys.executable, "-m", "headrace", "registry", "--bootstrap-servers",
+        cmd = [sys.executable, "-m", "headrace", *_client_args(self.client_config),
+               "registry", "--bootstrap-servers",
                self.bootstrap_servers, "--host", self.host, "--port", str(self.port),
                "--topic", self.topic, "--group", self.group]
         self.process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -309,14 +317,17 @@ class SchemaRegistryProcess(_ServerProcess):
 
 class ConsoleProcess(_ServerProcess):
     """A ``headrace console`` subprocess on ``bootstrap_servers`` (for tests and demos):
-    ``with ConsoleProcess(servers) as c: ... c.url``. ``sample_seconds`` as the CLI's."""
+    ``with ConsoleProcess(servers) as c: ... c.url``. ``sample_seconds`` as the CLI's;
+    ``client_config``: the console's Kafka client settings (``headrace -X``)."""
 
     READY_MARKER = "headrace console on "
 
     def __init__(self, bootstrap_servers: str, registry_url: str = "",
                  pipeline_metrics: Sequence[str] = (), host: str = "127.0.0.1",
-                 sample_seconds: float = 5.0, start_timeout: float = 30.0) -> None:
+                 sample_seconds: float = 5.0, start_timeout: float = 30.0,
+                 client_config: Mapping[str, str] | None = None) -> None:
         self.bootstrap_servers = bootstrap_servers
+        self.client_config = dict(client_config or {})
         self.registry_url = registry_url
         self.pipeline_metrics = list(pipeline_metrics)
         self.host = host
@@ -328,7 +339,8 @@ class ConsoleProcess(_ServerProcess):
 
     def start(self) -> ConsoleProcess:
         """Start the process; wait until it serves. Blocks."""
-        cmd = [sys.executable, "-m", "headrace", "console", "-b", self.bootstrap_servers,
+        cmd = [sys.executable, "-m", "headrace", *_client_args(self.client_config),
+               "console", "-b", self.bootstrap_servers,
                "--host", self.host, "--port", "0", "--sample-seconds", str(self.sample_seconds)]
         if self.registry_url:
             cmd += ["--registry", self.registry_url]

@@ -19,10 +19,12 @@ READY = "headrace cdc streaming "
 
 
 class ConnectorProcess(_ServerProcess):
-    """``headrace cdc postgres`` as a subprocess; ``kill()`` is SIGKILL."""
+    """``headrace cdc postgres`` as a subprocess; ``kill()`` is SIGKILL. ``env``: more
+    environment (e.g. ``HEADRACE_COMMAND_CONFIG``, the client settings file)."""
 
     def __init__(self, dsn: str, tables: str, bootstrap: str, name: str,
-                 *extra: str) -> None:
+                 *extra: str, env: dict[str, str] | None = None) -> None:
+        self.env = dict(env or {})
         self.args = ["--dsn", dsn, "--tables", tables, "--bootstrap-servers", bootstrap,
                      "--topic-prefix", name, "--slot", name, "--publication", name,
                      "--heartbeat-seconds", "0.5", *extra]
@@ -34,7 +36,7 @@ class ConnectorProcess(_ServerProcess):
         self.process = subprocess.Popen(
             [sys.executable, "-m", "headrace", "cdc", "postgres", *self.args],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+            env=dict(os.environ, PYTHONUNBUFFERED="1", **self.env))
         self._wait_ready(READY, self.start_timeout, "connector")
         return self
 

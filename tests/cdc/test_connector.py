@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import psycopg2
@@ -381,3 +385,26 @@ def _raw(bootstrap: str, topic: str) -> list[tuple[bytes, bytes | None]]:
             out.append((msg.key() or b"", msg.value()))
     finally:
         consumer.close()
+
+
+def test_the_connector_over_sasl(postgres: PostgresServer, name: str, tmp_path: Path) -> None:
+    """The connector takes the client settings every tool takes (here from
+    ``HEADRACE_COMMAND_CONFIG``): SCRAM over a SASL listener, its transactions included."""
+    with EmbeddedBroker(extra_args=["--listener", "PLAINTEXT://127.0.0.1:0",
+                                    "--listener", "SASL_PLAINTEXT://127.0.0.1:0"]) as b:
+        added = subprocess.run([sys.executable, "-m", "headrace", "users", "add", "cdc", "-b",
+                                b.bootstrap_servers], capture_output=True, text=True,
+                               timeout=60, env={**os.environ, "HEADRACE_USER_PASSWORD": "pw"})
+        assert added.returncode == 0, added.stderr
+        config = tmp_path / "client.properties"
+        config.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
+                          "sasl.username=cdc\nsasl.password=pw\n")
+        dsn = postgres.dsn
+        execute(dsn, f"CREATE SCHEMA {name}",
+                f"CREATE TABLE {name}.items (id int PRIMARY KEY, label text)",
+                f"INSERT INTO {name}.items VALUES (1, 'snap')")
+        with ConnectorProcess(dsn, f"{name}.items", b.listeners["SASL_PLAINTEXT"], name,
+                              env={"HEADRACE_COMMAND_CONFIG": str(config)}):
+            execute(dsn, f"INSERT INTO {name}.items VALUES (2, 'streamed')")
+            events = _events(b, f"{name}.{name}.items", 2)
+    assert [(k["id"], v and v["op"]) for k, v in events] == [(1, "r"), (2, "c")]

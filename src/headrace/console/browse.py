@@ -22,6 +22,7 @@ import fastavro
 import httpx
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from headrace.ops.clients import client_settings
 from headrace.ops.errors import InvalidInputError, OpsError, UnknownTopicError
 
 MAX_SCAN = 5_000_000
@@ -134,7 +135,7 @@ class Decoder:
 
 
 def _consumer(bootstrap_servers: str) -> Consumer:
-    return Consumer({"bootstrap.servers": bootstrap_servers,
+    return Consumer({**client_settings(), "bootstrap.servers": bootstrap_servers,
                      "group.id": f"headrace-console-{uuid.uuid4().hex}",
                      "enable.auto.commit": False, "enable.partition.eof": True,
                      "fetch.wait.max.ms": 50, "log_level": 3})

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS
+from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS, client_settings
 from headrace.ops.console import BootstrapServers, stdout
 
 if TYPE_CHECKING:
@@ -32,7 +32,8 @@ def _accounts(bootstrap_servers: str, topic: str) -> Iterator[Repository[Account
     from headrace.eventsourcing import EventStore, Repository
     from headrace.pipelines.bank.domain import Account, bank_events
 
-    with EventStore(bootstrap_servers, topic, bank_events) as store:
+    with EventStore(bootstrap_servers, topic, bank_events,
+                    client_config=client_settings()) as store:
         yield Repository(store, Account, snapshot_every=100)
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from headrace.ops.admin import AdminSession, TopicPart
-from headrace.ops.clients import CLIENT_ID
+from headrace.ops.clients import CLIENT_ID, kafka_python_settings
 from headrace.ops.errors import InvalidInputError
 
 _UNITS = {"": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4, "p": 1000**5,
@@ -241,7 +241,8 @@ class CapacitySampler(AdminSession):
         try:
             with KafkaAdminClient(bootstrap_servers=self.bootstrap_servers, client_id=CLIENT_ID,
                                   request_timeout_ms=timeout_ms,
-                                  bootstrap_timeout_ms=timeout_ms) as client:
+                                  bootstrap_timeout_ms=timeout_ms,
+                                  **kafka_python_settings()) as client:
                 answers: list[dict[str, Any]] = client.describe_log_dirs()
         except (KafkaError, ValueError, OSError):
             return {}, (None, None)

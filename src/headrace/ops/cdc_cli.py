@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS
+from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS, client_settings
 from headrace.ops.console import BootstrapServers, stdout
 
 app = typer.Typer(name="cdc", help="Change data capture from PostgreSQL into the log.",
@@ -52,7 +52,8 @@ def postgres_command(
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     config = CdcConfig(dsn, names, bootstrap_servers, topic_prefix, snapshot, slot, publication,
-                       heartbeat_s, decimal_handling, schema_registry_url=schema_registry)
+                       heartbeat_s, decimal_handling, schema_registry_url=schema_registry,
+                       client_config=client_settings())
     Connector(config).run(stop, on_ready=lambda lsn: print(
         f"{READY_PREFIX}from {lsn} ({', '.join(names)} -> {topic_prefix}.*)", flush=True))
 
@@ -75,7 +76,8 @@ def status(
         stdout.print(f"slot {escape(slot)}: none")
         raise typer.Exit(1)
     offsets = Connector(CdcConfig(dsn, (), bootstrap_servers, slot=slot,
-                                  offsets_topic=offsets_topic))._last_offsets_record()
+                                  offsets_topic=offsets_topic,
+                                  client_config=client_settings()))._last_offsets_record()
     with db.cursor() as cur:
         cur.execute("SELECT pg_current_wal_lsn()::text")
         current = cur.fetchone()[0]

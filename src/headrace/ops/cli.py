@@ -30,7 +30,12 @@ from headrace.ops import (
     transactions_cli,
     users_cli,
 )
-from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS, show_client_logs
+from headrace.ops.clients import (
+    DEFAULT_BOOTSTRAP_SERVERS,
+    parse_client_settings,
+    set_client_settings,
+    show_client_logs,
+)
 from headrace.ops.console import BootstrapServers, plural, print_error, stderr, stdout
 from headrace.ops.consume import ConsumeOptions, consume
 from headrace.ops.errors import InvalidInputError, OpsError, VerificationError
@@ -71,9 +76,26 @@ def _root(
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Show the Kafka client's own log on stderr.")
     ] = False,
+    client_config: Annotated[
+        list[str] | None, typer.Option(
+            "--client-config", "-X", metavar="KEY=VALUE",
+            help="A setting for every Kafka client the command makes, by librdkafka's name "
+            "(security.protocol=SASL_SSL, sasl.mechanism=SCRAM-SHA-512, sasl.username=..., "
+            "ssl.ca.location=ca.pem); repeatable.")
+    ] = None,
+    command_config: Annotated[
+        Path | None, typer.Option(
+            envvar="HEADRACE_COMMAND_CONFIG", dir_okay=False, exists=True,
+            help="A properties file of such settings (key=value lines); -X wins over it.")
+    ] = None,
 ) -> None:
     if verbose:
         show_client_logs()
+    try:
+        set_client_settings(parse_client_settings(
+            client_config or [], command_config.read_text() if command_config else ""))
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="'--client-config'/'--command-config'") from e
 
 
 @app.command()

@@ -111,9 +111,53 @@ class ClientSession(Generic[C]):
         return chosen
 
 
+# Settings every client the process makes applies (security.protocol, sasl.*, ssl.* ...,
+# librdkafka's names), from ``headrace --client-config``/``--command-config``.
+_SETTINGS: dict[str, str] = {}
+# librdkafka's security settings under kafka-python's names (its admin client serves the
+# calls librdkafka lacks).
+_KAFKA_PYTHON_NAMES = {
+    "security.protocol": "security_protocol", "sasl.mechanism": "sasl_mechanism",
+    "sasl.mechanisms": "sasl_mechanism", "sasl.username": "sasl_plain_username",
+    "sasl.password": "sasl_plain_password", "ssl.ca.location": "ssl_cafile",
+    "ssl.certificate.location": "ssl_certfile", "ssl.key.location": "ssl_keyfile",
+    "ssl.key.password": "ssl_password"}
+
+
+def parse_client_settings(pairs: Iterable[str], properties: str = "") -> dict[str, str]:
+    """``KEY=VALUE`` pairs over a Java-style properties text (``key=value`` lines, ``#``
+    comments); ``ValueError`` names a malformed one."""
+    settings: dict[str, str] = {}
+    lines = [ln.strip() for ln in properties.splitlines()]
+    for item in [ln for ln in lines if ln and not ln.startswith(("#", "!"))] + list(pairs):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"{item!r} is not KEY=VALUE")
+        settings[key.strip()] = value.strip()
+    return settings
+
+
+def set_client_settings(settings: Mapping[str, str]) -> None:
+    """What every client of this process applies from now on."""
+    _SETTINGS.clear()
+    _SETTINGS.update(settings)
+
+
+def client_settings() -> dict[str, str]:
+    """The process's client settings (librdkafka names), for clients made elsewhere."""
+    return dict(_SETTINGS)
+
+
+def kafka_python_settings() -> dict[str, Any]:
+    """The process's security settings as kafka-python keyword arguments."""
+    return {_KAFKA_PYTHON_NAMES[k]: v for k, v in _SETTINGS.items() if k in _KAFKA_PYTHON_NAMES}
+
+
 def client_config(bootstrap_servers: str, errors: ClientErrors, **overrides: Any) -> dict[str, Any]:
-    """Configuration common to every client; ``overrides`` use librdkafka's dotted names."""
+    """Configuration common to every client: the process's client settings, then
+    ``overrides`` (librdkafka's dotted names)."""
     config: dict[str, Any] = {
+        **_SETTINGS,
         "bootstrap.servers": bootstrap_servers,
         "client.id": CLIENT_ID,
         "logger": LIBRDKAFKA_LOGGER,
@@ -198,8 +242,12 @@ def fetch_metadata(
             pending = error_text(topic_error)
         wait = min(1.0, wait * 2)
         client.poll(0)
+        last = errors.last_error
+        if last is not None and last.code() == KafkaError._AUTHENTICATION:
+            raise BrokerUnreachableError(f"cannot log in at {bootstrap_servers} (check the "
+                                         f"sasl.* / ssl.* client settings): {error_text(last)}")
         if errors.all_brokers_down:
-            detail = f": {error_text(errors.last_error)}" if errors.last_error else ""
+            detail = f": {error_text(last)}" if last else ""
             raise BrokerUnreachableError(f"cannot reach a broker at {bootstrap_servers}{detail}")
         if time.monotonic() >= deadline:
             if pending is not None:

@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS
+from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS, client_settings
 from headrace.ops.console import BootstrapServers, stdout
 from headrace.ops.errors import InvalidInputError
 
@@ -47,7 +47,8 @@ def registry(
     Ctrl-C (SIGINT) or SIGTERM."""
     from headrace.registry.server import RegistryConfig, run
 
-    run(RegistryConfig(bootstrap_servers, host, port, topic, group), log_level.upper())
+    run(RegistryConfig(bootstrap_servers, host, port, topic, group,
+                       client_config=client_settings()), log_level.upper())
 
 
 def spawn_registry(bootstrap_servers: str, host: str, port: int) -> subprocess.Popen[bytes]:

@@ -23,7 +23,7 @@ from enum import StrEnum
 from typing import Any, TypeVar
 
 from headrace.ops.admin import AdminSession, KnownErrors, TopicPart, translate
-from headrace.ops.clients import CLIENT_ID
+from headrace.ops.clients import CLIENT_ID, kafka_python_settings
 from headrace.ops.errors import UnknownTransactionError
 
 T = TypeVar("T")
@@ -141,6 +141,7 @@ class TransactionAdmin(AdminSession):
                 client_id=CLIENT_ID,
                 request_timeout_ms=timeout_ms,
                 bootstrap_timeout_ms=timeout_ms,
+                **kafka_python_settings(),
             ) as client:
                 return call(client)
         except KafkaError as e:

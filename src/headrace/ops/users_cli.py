@@ -16,7 +16,12 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS, REQUEST_TIMEOUT_S
+from headrace.ops.clients import (
+    DEFAULT_BOOTSTRAP_SERVERS,
+    REQUEST_TIMEOUT_S,
+    client_settings,
+    parse_client_settings,
+)
 from headrace.ops.console import BootstrapServers, stdout
 from headrace.ops.errors import OpsError
 
@@ -39,8 +44,13 @@ def _mechanisms(names: list[str] | None) -> list[tuple[str, ScramMechanism]]:
 
 
 def admin_client(bootstrap_servers: str, client_config: list[str] | None) -> AdminClient:
-    extra = dict(kv.split("=", 1) for kv in client_config or [] if "=" in kv)
-    return AdminClient({"bootstrap.servers": bootstrap_servers, "log_level": 3, **extra})
+    """An admin client with the process's client settings and this command's ``-X``."""
+    try:
+        extra = parse_client_settings(client_config or [])
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="'--client-config'") from e
+    return AdminClient({**client_settings(), "bootstrap.servers": bootstrap_servers,
+                        "log_level": 3, **extra})
 
 
 def _wait(futures: dict[str, Any], what: str) -> None:

@@ -66,9 +66,12 @@ class RequestContext:
     def operations(self, requested: object, resource_type: ResourceType,
                    name: str = CLUSTER_NAME) -> set[int] | None:
         """The authorized-operations bits for a response: the supported operations of
-        the type this client may perform, when the request asked (else None)."""
+        the type this client may perform (none without DESCRIBE, as Kafka), when the
+        request asked (else None)."""
         if not requested:
             return None
+        if not self.allowed(AclOperation.DESCRIBE, resource_type, name):
+            return set()
         return {op for op in SUPPORTED_OPERATIONS[resource_type]
                 if self.allowed(AclOperation(op), resource_type, name)}
 

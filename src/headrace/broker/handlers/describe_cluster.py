@@ -1,7 +1,7 @@
 """DescribeCluster (key 60), versions 0-1: this one broker, which is also the controller.
 
-With ACLs it needs DESCRIBE on the cluster (else CLUSTER_AUTHORIZATION_FAILED).
-Authorized operations, when asked: those the client may perform on the cluster.
+Anyone may ask (as in Kafka); authorized operations, when asked: those the client may
+perform on the cluster, none without DESCRIBE.
 """
 
 from __future__ import annotations
@@ -12,19 +12,13 @@ from kafka.protocol.admin import DescribeClusterRequest, DescribeClusterResponse
 
 from headrace.broker.context import RequestContext
 from headrace.broker.registry import handles
-from headrace.protocol.acl_operations import AclOperation, ResourceType
-from headrace.protocol.errors import ErrorCode
+from headrace.protocol.acl_operations import ResourceType
 
 
 @handles(DescribeClusterRequest, DescribeClusterResponse, max_version=1)
 async def handle(ctx: RequestContext, request: Any) -> Any:
     state = ctx.state
     node = state.config.node_id
-    if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.CLUSTER):
-        return DescribeClusterResponse(
-            throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
-            error_message=None, endpoint_type=1, cluster_id="", controller_id=-1, brokers=[],
-            authorized_operations=None)
     return DescribeClusterResponse(
         throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1,
         cluster_id=state.logs.cluster_id, controller_id=node,

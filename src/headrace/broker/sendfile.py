@@ -50,8 +50,10 @@ async def write_parts(writer: asyncio.StreamWriter, parts: list[object],
 
     Consecutive bytes (framing, and small regions read into memory) go to the transport
     as one write, i.e. one ``send(2)`` when the socket has room: a response of small parts
-    costs one system call rather than one per part."""
-    sock = writer.get_extra_info("socket")
+    costs one system call rather than one per part. Over TLS every region is read into
+    memory (``sendfile(2)`` would put plaintext on an encrypted connection)."""
+    sock = None if writer.get_extra_info("ssl_object") is not None else \
+        writer.get_extra_info("socket")
     pending: list[bytes] = [prefix] if prefix else []
     for part in parts:
         if isinstance(part, bytes):

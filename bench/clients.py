@@ -159,13 +159,14 @@ def consume(
     *,
     broker_cpu: Callable[[], float] = _no_cpu,
     label: str | None = None,
+    overrides: dict[str, object] | None = None,
 ) -> Phase:
     """Read ``records`` records back with a fresh consumer assigned at OFFSET_BEGINNING.
 
     Timed from the first batch received to the last; the first batch's records arrive
     together at the start, so the rate counts only the records after it.
     """
-    consumer = Consumer({"bootstrap.servers": bootstrap, **CONSUMER_CONFIG})
+    consumer = Consumer({"bootstrap.servers": bootstrap, **CONSUMER_CONFIG, **(overrides or {})})
     try:
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         count = nbytes = 0

@@ -30,11 +30,11 @@ R = DescribeUserScramCredentialsResponse
 async def handle(ctx: RequestContext, request: Any) -> Any:
     store = ctx.state.credentials
     if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.CLUSTER):
-        # As Kafka: the request's error, repeated for each user named.
-        denied, why = ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed."
-        return R(throttle_time_ms=0, error_code=denied, error_message=why, results=[
+        # As Kafka 4.3 answers (no message), repeated for each user named.
+        denied = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        return R(throttle_time_ms=0, error_code=denied, error_message=None, results=[
             R.DescribeUserScramCredentialsResult(user=u.name, error_code=denied,
-                                                 error_message=why, credential_infos=[])
+                                                 error_message=None, credential_infos=[])
             for u in request.users or ()])
     names = ([u.name for u in request.users] if request.users
              else sorted({user for user, _m in store.credentials}))

@@ -1,0 +1,349 @@
+"""ACL decisions and error codes against Apache Kafka's StandardAuthorizer: the same ACLs
+on both brokers (created through the Admin API by the operator on PLAINTEXT, a super
+user), then the same requests from SASL PLAIN users on each; what each answers is
+compared, request by request."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, Producer
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
+from kafka.protocol.admin import (
+    CreateTopicsRequest,
+    DeleteTopicsRequest,
+    DescribeClusterRequest,
+    DescribeConfigsRequest,
+    DescribeGroupsRequest,
+    DescribeLogDirsRequest,
+    ListGroupsRequest,
+)
+from kafka.protocol.admin.acl import CreateAclsRequest, DescribeAclsRequest
+from kafka.protocol.admin.users import DescribeUserScramCredentialsRequest
+from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest, OffsetFetchRequest
+from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
+from kafka.protocol.producer import InitProducerIdRequest
+from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
+
+from headrace.testing import ApacheKafka, EmbeddedBroker, _free_port
+from tests.differential.conftest import KAFKA_CONFIGS
+from tests.integration.rawclient import RawClient
+
+USERS = {"alice": "alice-pw", "bob": "bob-pw", "dave": "dave-pw"}
+SUFFIX = uuid.uuid4().hex[:6]
+PAY, SECRET, GROUP = f"pay-{SUFFIX}", f"secret-{SUFFIX}", f"bob-{SUFFIX}"
+
+
+@dataclass(frozen=True)
+class Secured:
+    """A broker's operator address (PLAINTEXT, super user) and users' (SASL_PLAINTEXT)."""
+
+    operator: str
+    users: str
+
+
+def acls() -> list[AclBinding]:
+    L, P = ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED
+    allow = AclPermissionType.ALLOW
+
+    def b(rtype: ResourceType, name: str, pattern: ResourcePatternType, principal: str,
+          op: AclOperation, permission: AclPermissionType = allow) -> AclBinding:
+        return AclBinding(rtype, name, pattern, principal, "*", op, permission)
+    return [
+        b(ResourceType.TOPIC, "pay-", P, "User:alice", AclOperation.WRITE),
+        b(ResourceType.TOPIC, "pay-", P, "User:alice", AclOperation.CREATE),
+        b(ResourceType.TRANSACTIONAL_ID, f"alice-tx-{SUFFIX}", L, "User:alice",
+          AclOperation.WRITE),
+        b(ResourceType.TOPIC, PAY, L, "User:bob", AclOperation.READ),
+        b(ResourceType.GROUP, "bob-", P, "User:bob", AclOperation.READ),
+        b(ResourceType.TOPIC, PAY, L, "User:dave", AclOperation.READ,
+          AclPermissionType.DENY),
+        b(ResourceType.TOPIC, "*", L, "User:dave", AclOperation.DESCRIBE),
+        b(ResourceType.BROKER, "kafka-cluster", L, "User:dave", AclOperation.IDEMPOTENT_WRITE),
+        b(ResourceType.BROKER, "kafka-cluster", L, "User:dave", AclOperation.DESCRIBE),
+    ]
+
+
+def prepare(s: Secured) -> None:
+    admin = AdminClient({"bootstrap.servers": s.operator})
+    for f in admin.create_topics([NewTopic(PAY, 1, 1), NewTopic(SECRET, 1, 1)]).values():
+        f.result(30)
+    for f in admin.create_acls(acls()).values():
+        f.result(30)
+    p = Producer({"bootstrap.servers": s.operator})
+    p.produce(PAY, b"seed")
+    p.produce(SECRET, b"seed")
+    assert p.flush(30) == 0
+    time.sleep(1)  # Kafka applies new ACLs through its metadata log
+
+
+@pytest.fixture(scope="module")
+def kafka_secured() -> Iterator[Secured]:
+    k = ApacheKafka(configs=KAFKA_CONFIGS)
+    sasl_port = _free_port(k.host)
+    jaas = "org.apache.kafka.common.security.plain.PlainLoginModule required " + " ".join(
+        f'user_{u}="{p}"' for u, p in USERS.items()) + ";"
+    k.configs.update({
+        "listeners": f"PLAINTEXT://{k.host}:{k.port},CONTROLLER://{k.host}:{k.controller_port},"
+                     f"SASL_PLAINTEXT://{k.host}:{sasl_port}",
+        "advertised.listeners": f"PLAINTEXT://{k.host}:{k.port},"
+                                f"SASL_PLAINTEXT://{k.host}:{sasl_port}",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,"
+                                          "SASL_PLAINTEXT:SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas,
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:ANONYMOUS",
+    })
+    with k:
+        s = Secured(k.bootstrap_servers, f"{k.host}:{sasl_port}")
+        prepare(s)
+        yield s
+
+
+@pytest.fixture(scope="module")
+def headrace_secured() -> Iterator[Secured]:
+    with EmbeddedBroker(extra_args=[
+            "--no-auto-create-topics", "--listener", "PLAINTEXT://127.0.0.1:0",
+            "--listener", "SASL_PLAINTEXT://127.0.0.1:0", "--authorizer",
+            "--super-users", "User:ANONYMOUS"]) as b:
+        for user, password in USERS.items():
+            done = subprocess.run([sys.executable, "-m", "headrace", "users", "add", user, "-b",
+                                   b.bootstrap_servers], capture_output=True, text=True,
+                                  env={**os.environ, "HEADRACE_USER_PASSWORD": password},
+                                  timeout=60)
+            assert done.returncode == 0, done.stderr
+        s = Secured(b.bootstrap_servers, b.listeners["SASL_PLAINTEXT"])
+        prepare(s)
+        yield s
+
+
+def login(address: str, user: str) -> RawClient:
+    c = RawClient(address)
+    assert c.request(SaslHandshakeRequest(mechanism="PLAIN"), 1).error_code == 0
+    r = c.request(SaslAuthenticateRequest(auth_bytes=f"\0{user}\0{USERS[user]}".encode()), 2)
+    assert r.error_code == 0, r
+    return c
+
+
+MT = MetadataRequest.MetadataRequestTopic
+Scenario = Callable[[RawClient], Any]
+TRANSIENT = (14, 15)  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE
+
+
+def _fetch(topic: str) -> Scenario:
+    def run(c: RawClient) -> Any:
+        ft = FetchRequest.FetchTopic
+        r = c.request(FetchRequest(
+            replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
+            session_id=0, session_epoch=-1, topics=[ft(topic=topic, partitions=[
+                ft.FetchPartition(partition=0, current_leader_epoch=-1, fetch_offset=0,
+                                  last_fetched_epoch=-1, log_start_offset=-1,
+                                  partition_max_bytes=1 << 20)])],
+            forgotten_topics_data=[], rack_id=""), 12)
+        return r.responses[0].partitions[0].error_code
+    return run
+
+
+def _metadata(*names: str, create: bool = False) -> Scenario:
+    def run(c: RawClient) -> Any:
+        r = c.request(MetadataRequest(topics=[MT(name=n) for n in names],
+                                      allow_auto_topic_creation=create,
+                                      include_topic_authorized_operations=True), 12)
+        return sorted((t.name, t.error_code, sorted(t.authorized_operations or ()))
+                      for t in r.topics)
+    return run
+
+
+def _all_topics(c: RawClient) -> Any:
+    r = c.request(MetadataRequest(topics=None, allow_auto_topic_creation=False), 12)
+    return sorted(t.name for t in r.topics if t.name.endswith(SUFFIX))
+
+
+def _find(key: str, key_type: int) -> Scenario:
+    def run(c: RawClient) -> Any:
+        r = c.request(FindCoordinatorRequest(key_type=key_type, coordinator_keys=[key]), 4)
+        return r.coordinators[0].error_code
+    return run
+
+
+def _init_pid(txn_id: str | None) -> Scenario:
+    def run(c: RawClient) -> Any:
+        return c.request(InitProducerIdRequest(
+            transactional_id=txn_id, transaction_timeout_ms=60000, producer_id=-1,
+            producer_epoch=-1), 4).error_code
+    return run
+
+
+def _describe_acls(c: RawClient) -> Any:
+    return c.request(DescribeAclsRequest(
+        resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1,
+        principal_filter=None, host_filter=None, operation=1, permission_type=1), 3).error_code
+
+
+def _create_acls(c: RawClient) -> Any:
+    creation = CreateAclsRequest.AclCreation(
+        resource_type=2, resource_name="x", resource_pattern_type=3, principal="User:x",
+        host="*", operation=3, permission_type=3)
+    return [r.error_code for r in c.request(CreateAclsRequest(creations=[creation]), 3).results]
+
+
+def _create_topic(name: str) -> Scenario:
+    def run(c: RawClient) -> Any:
+        t = CreateTopicsRequest.CreatableTopic(name=name, num_partitions=1,
+                                               replication_factor=1, assignments=[], configs=[])
+        r = c.request(CreateTopicsRequest(topics=[t], timeout_ms=30000, validate_only=True), 7)
+        return r.topics[0].error_code
+    return run
+
+
+def _delete_topic(name: str) -> Scenario:
+    def run(c: RawClient) -> Any:
+        r = c.request(DeleteTopicsRequest(topic_names=[name], timeout_ms=30000), 5)
+        return r.responses[0].error_code
+    return run
+
+
+def _describe_configs(rtype: int, name: str) -> Scenario:
+    def run(c: RawClient) -> Any:
+        res = DescribeConfigsRequest.DescribeConfigsResource(
+            resource_type=rtype, resource_name=name, configuration_keys=["retention.ms"])
+        r = c.request(DescribeConfigsRequest(resources=[res], include_synonyms=False,
+                                             include_documentation=False), 4)
+        return r.results[0].error_code
+    return run
+
+
+def _list_offsets(topic: str) -> Scenario:
+    def run(c: RawClient) -> Any:
+        lt = ListOffsetsRequest.ListOffsetsTopic
+        r = c.request(ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[lt(
+            name=topic, partitions=[lt.ListOffsetsPartition(
+                partition_index=0, current_leader_epoch=-1, timestamp=-1)])]), 7)
+        return r.topics[0].partitions[0].error_code
+    return run
+
+
+def _offset_fetch(group: str) -> Scenario:
+    def run(c: RawClient) -> Any:
+        g = OffsetFetchRequest.OffsetFetchRequestGroup
+        r = c.request(OffsetFetchRequest(groups=[g(group_id=group, topics=None)],
+                                         require_stable=False), 8)
+        return r.groups[0].error_code
+    return run
+
+
+def _describe_group(group: str) -> Scenario:
+    def run(c: RawClient) -> Any:
+        r = c.request(DescribeGroupsRequest(groups=[group], include_authorized_operations=True),
+                      5)
+        return r.groups[0].error_code
+    return run
+
+
+def _list_groups(c: RawClient) -> Any:
+    return c.request(ListGroupsRequest(states_filter=[]), 4).error_code
+
+
+def _describe_cluster(c: RawClient) -> Any:
+    r = c.request(DescribeClusterRequest(include_cluster_authorized_operations=True), 0)
+    return r.error_code, sorted(r.authorized_operations or ())
+
+
+def _log_dirs(c: RawClient) -> Any:
+    return c.request(DescribeLogDirsRequest(topics=None), 4).error_code
+
+
+def _scram_users(c: RawClient) -> Any:
+    # users=[] (every user): Kafka 4.3 never answers a null list
+    r = c.request(DescribeUserScramCredentialsRequest(users=[]), 0)
+    return r.error_code, r.error_message, r.results
+
+
+SCENARIOS: dict[str, tuple[str, Scenario]] = {
+    "fetch allowed (READ)": ("bob", _fetch(PAY)),
+    "fetch WRITE only": ("alice", _fetch(PAY)),
+    "fetch nothing granted": ("bob", _fetch(SECRET)),
+    "fetch DENY READ": ("dave", _fetch(PAY)),
+    "list offsets READ": ("bob", _list_offsets(PAY)),
+    "list offsets DESCRIBE via wildcard": ("dave", _list_offsets(SECRET)),
+    "list offsets nothing": ("bob", _list_offsets(SECRET)),
+    "metadata named": ("alice", _metadata(PAY, SECRET)),
+    "metadata named, implied ops": ("bob", _metadata(PAY)),
+    "metadata all topics (bob)": ("bob", _all_topics),
+    "metadata all topics (dave)": ("dave", _all_topics),
+    "find group allowed": ("bob", _find(GROUP, 0)),
+    "find group refused": ("alice", _find(GROUP, 0)),
+    "find txn allowed": ("alice", _find(f"alice-tx-{SUFFIX}", 1)),
+    "find txn refused": ("bob", _find(f"alice-tx-{SUFFIX}", 1)),
+    "init idempotent, WRITE on a prefix": ("alice", _init_pid(None)),
+    "init idempotent, IDEMPOTENT_WRITE": ("dave", _init_pid(None)),
+    "init idempotent, nothing": ("bob", _init_pid(None)),
+    "init transactional allowed": ("alice", _init_pid(f"alice-tx-{SUFFIX}")),
+    "init transactional refused": ("bob", _init_pid(f"alice-tx-{SUFFIX}")),
+    "describe acls refused": ("alice", _describe_acls),
+    "create acls refused": ("dave", _create_acls),
+    "create topic allowed (validate only)": ("alice", _create_topic(f"pay-new-{SUFFIX}")),
+    "create topic refused": ("alice", _create_topic(f"other-{SUFFIX}")),
+    "delete topic refused": ("alice", _delete_topic(PAY)),
+    "describe topic configs refused": ("alice", _describe_configs(2, PAY)),
+    "describe broker configs refused": ("dave", _describe_configs(4, "1")),
+    "offset fetch refused": ("alice", _offset_fetch(GROUP)),
+    "offset fetch allowed (READ implies DESCRIBE)": ("bob", _offset_fetch(GROUP)),
+    "describe group refused": ("alice", _describe_group(GROUP)),
+    "list groups": ("alice", _list_groups),
+    "describe cluster without DESCRIBE": ("alice", _describe_cluster),
+    "describe cluster with DESCRIBE": ("dave", _describe_cluster),
+    "log dirs refused": ("alice", _log_dirs),
+    "log dirs allowed": ("dave", _log_dirs),
+    "scram users refused": ("alice", _scram_users),
+}
+
+
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_same_answer_as_kafka(kafka_secured: Secured, headrace_secured: Secured,
+                              scenario: str) -> None:
+    user, run = SCENARIOS[scenario]
+    answers = {}
+    for name, s in (("kafka", kafka_secured), ("headrace", headrace_secured)):
+        deadline = time.monotonic() + 30
+        while True:  # Kafka loads its coordinators and producer ids on first use
+            with login(s.users, user) as c:
+                answers[name] = run(c)
+            if answers[name] not in TRANSIENT or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+    assert answers["headrace"] == answers["kafka"], answers
+
+
+@pytest.mark.parametrize(("user", "topic"), [("alice", PAY), ("bob", PAY), ("alice", SECRET)])
+def test_produce_same_as_kafka(kafka_secured: Secured, headrace_secured: Secured, user: str,
+                               topic: str) -> None:
+    codes = {}
+    for name, s in (("kafka", kafka_secured), ("headrace", headrace_secured)):
+        errors: list[Any] = []
+        p = Producer({"bootstrap.servers": s.users, "security.protocol": "SASL_PLAINTEXT",
+                      "sasl.mechanism": "PLAIN", "sasl.username": user,
+                      "sasl.password": USERS[user], "enable.idempotence": False,
+                      "message.timeout.ms": 10000})
+        p.produce(topic, b"x", on_delivery=lambda e, _m, seen=errors: seen.append(e))
+        p.flush(30)
+        codes[name] = [0 if e is None else e.code() for e in errors]
+    assert codes["headrace"] == codes["kafka"], codes
+    assert codes["kafka"] in ([0], [KafkaError.TOPIC_AUTHORIZATION_FAILED])

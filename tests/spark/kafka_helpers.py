@@ -12,8 +12,12 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 def create_topic(bootstrap: str, name: str, partitions: int = 1,
                  config: dict[str, str] | None = None) -> None:
+    """Without time retention unless ``config`` sets one: the fixtures' records carry
+    timestamps from 1970, which Apache Kafka's retention check (every 5 minutes) would
+    delete between the produce and the read."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(name, num_partitions=partitions, config=config or {})]
+    settings = {"retention.ms": "-1", **(config or {})}
+    admin.create_topics([NewTopic(name, num_partitions=partitions, config=settings)]
                         )[name].result()
 
 

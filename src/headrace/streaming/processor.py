@@ -11,7 +11,7 @@ watermark that changes something.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from pyspark.sql import Row
@@ -115,7 +115,8 @@ class WindowProcessor(StatefulProcessor):
                     windows[w] = (windows[w][0], True)
         out.extend(self._sweep(key, windows, watermark))
         self._store(before, windows)
-        self._schedule(windows, watermark)
+        # A key without state holds no timer (the one-timer invariant): nothing to list.
+        self._schedule(windows, watermark, registered=None if before else ())
         return iter(out)
 
     def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
@@ -124,17 +125,21 @@ class WindowProcessor(StatefulProcessor):
         watermark = timerValues.getCurrentWatermarkInMs()
         out = self._sweep(tuple(key), windows, watermark)
         self._store(before, windows)
-        self._schedule(windows, watermark)
+        # The timer that fired was the key's only one, and it is gone.
+        self._schedule(windows, watermark, registered=())
         return iter(out)
 
-    def _schedule(self, windows: dict[tuple[int, int], Entry], watermark: int) -> None:
+    def _schedule(self, windows: dict[tuple[int, int], Entry], watermark: int,
+                  registered: Iterable[int] | None = None) -> None:
         """Keep exactly one timer per key, at the next watermark that changes something: a
         window to emit or to evict. One timer, not one per window, so a key's state is
-        loaded once per batch however many windows it holds."""
+        loaded once per batch however many windows it holds. ``registered``: the key's
+        timers when known without asking (each state call is a round trip to the JVM),
+        else None to list them."""
         due = [w[1] if not emitted else self._evict_after(w) + 1
                for w, (_, emitted) in windows.items()]
         wanted = min((t for t in due if t > watermark), default=None)
-        for t in self.handle.listTimers():
+        for t in self.handle.listTimers() if registered is None else registered:
             if t != wanted:
                 self.handle.deleteTimer(t)
             else:

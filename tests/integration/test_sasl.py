@@ -21,12 +21,7 @@ from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from headrace.testing import EmbeddedBroker
 from tests.integration.rawclient import RawClient
-from tests.integration.tls_support import Pki, make_pki
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
+from tests.integration.tls_support import Pki
 
 
 def users(b: EmbeddedBroker, *args: str, password: str = "") -> subprocess.CompletedProcess[str]:

@@ -17,12 +17,7 @@ import pytest
 
 from headrace.testing import ConsoleProcess, EmbeddedBroker, SchemaRegistryProcess
 from tests.integration.test_sasl import users
-from tests.integration.tls_support import Pki, make_pki
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
+from tests.integration.tls_support import Pki
 
 
 @pytest.fixture(scope="module")

@@ -18,12 +18,7 @@ from confluent_kafka.admin import AdminClient
 from kafka import KafkaConsumer, KafkaProducer
 
 from headrace.testing import EmbeddedBroker
-from tests.integration.tls_support import Pki, make_pki
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
+from tests.integration.tls_support import Pki
 
 
 @pytest.fixture(scope="module")

@@ -42,7 +42,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from headrace.broker.groups.assignors import (
@@ -406,11 +406,17 @@ class ConsumerGroupCoordinator:
     # --- commits, deletion --------------------------------------------------------------
 
     def check_offset_commit(self, group_id: str, member_id: str, member_epoch: int,
-                            api_version: int | None) -> bool:
+                            api_version: int | None,
+                            partitions: Iterable[tuple[str, int]]) -> bool:
         """Whether ``group_id`` is a consumer group (False: let the classic rules
         decide); raises UNKNOWN_MEMBER_ID, UNSUPPORTED_VERSION (OffsetCommit below v9) or
-        STALE_MEMBER_EPOCH as Kafka does. ``api_version`` None: a transactional commit
-        (TxnOffsetCommit), which any version may make."""
+        STALE_MEMBER_EPOCH as Kafka 4.3 does. ``api_version`` None: a transactional commit
+        (TxnOffsetCommit), which any version may make.
+
+        An epoch newer than the member's is stale. An older one (KIP-1251: the member
+        was moved to a new epoch and has not heard yet) may commit the ``partitions``
+        (topic name, partition) it still owns and already owned at that epoch; any other
+        partition makes the whole commit stale."""
         group = self.groups.get(group_id)
         if group is None:
             return False
@@ -421,8 +427,15 @@ class ConsumerGroupCoordinator:
             raise KafkaProtocolError(ErrorCode.UNKNOWN_MEMBER_ID)
         if api_version is not None and api_version < 9:
             raise KafkaProtocolError(ErrorCode.UNSUPPORTED_VERSION)
-        if member_epoch != member.member_epoch:
+        if member_epoch == member.member_epoch:
+            return True
+        if member_epoch > member.member_epoch:
             raise KafkaProtocolError(ErrorCode.STALE_MEMBER_EPOCH)
+        topics = self._topics()
+        for name, partition in partitions:
+            known = topics.get(name)  # an unknown topic answers UNKNOWN_TOPIC_OR_PARTITION
+            if known is not None and not member.may_commit(known[0], partition, member_epoch):
+                raise KafkaProtocolError(ErrorCode.STALE_MEMBER_EPOCH)
         return True
 
     def check_offset_fetch(self, group_id: str, member_id: str | None,

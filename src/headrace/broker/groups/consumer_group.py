@@ -12,7 +12,9 @@ A member moves towards its target in steps (``reconcile``, Kafka's CurrentAssign
 first it is told to give up the partitions no longer in its target (UNREVOKED_PARTITIONS,
 member epoch unchanged); once it reports them gone it moves to the assignment epoch and
 gets the new partitions that no other member still owns (UNRELEASED_PARTITIONS until the
-rest are released). A partition is therefore never owned by two members at once.
+rest are released). A partition is therefore never owned by two members at once. Each
+owned partition remembers the member epoch it came with (KIP-1251: what an offset commit
+sent with an older epoch may still write).
 """
 
 from __future__ import annotations
@@ -88,6 +90,9 @@ class ConsumerMember:
     # Partitions the member may use, and those it was told to give up but still owns.
     assigned: MemberAssignment = field(default_factory=dict)
     pending_revocation: MemberAssignment = field(default_factory=dict)
+    # KIP-1251: (topic id, partition) -> the member epoch at which the member got it, for
+    # every partition assigned or pending revocation.
+    partition_epochs: dict[tuple[uuid.UUID, int], int] = field(default_factory=dict)
     # Loop times after which the member is fenced: no heartbeat, or no revocation.
     session_deadline: float = 0.0
     revocation_deadline: float = 0.0
@@ -95,6 +100,13 @@ class ConsumerMember:
     def owned(self) -> MemberAssignment:
         """What the member may still hold: assigned plus pending revocation."""
         return _union(self.assigned, self.pending_revocation)
+
+    def may_commit(self, topic_id: uuid.UUID, partition: int, epoch: int) -> bool:
+        """KIP-1251: whether a commit sent with member epoch ``epoch`` (at most the
+        member's) may write ``partition``: the member owns it (assigned or pending
+        revocation) and got it at ``epoch`` or before."""
+        got = self.partition_epochs.get((topic_id, partition))
+        return got is not None and got <= epoch
 
 
 @dataclass(eq=False)
@@ -141,6 +153,9 @@ class ConsumerGroup:
         if member.state is MemberState.UNREVOKED_PARTITIONS:
             if reported is None or _and(member.pending_revocation, reported):
                 return
+            for t, ps in member.pending_revocation.items():
+                for p in ps:
+                    member.partition_epochs.pop((t, p), None)
             member.pending_revocation = {}
             member.state = MemberState.STABLE
         if member.member_epoch == self.assignment_epoch \
@@ -165,6 +180,9 @@ class ConsumerGroup:
         if member.member_epoch != self.assignment_epoch:
             member.previous_member_epoch = member.member_epoch
             member.member_epoch = self.assignment_epoch
+        for t, ps in free.items():
+            for p in ps:
+                member.partition_epochs[(t, p)] = member.member_epoch
         unreleased = _count(wanted) != _count(free)
         member.state = (MemberState.UNRELEASED_PARTITIONS if unreleased
                         else MemberState.STABLE)

@@ -12,6 +12,11 @@ from headrace.protocol.errors import ErrorCode
 from headrace.storage.manager import LogManager
 
 
+def requested(topics: Any) -> list[tuple[str, int]]:
+    """Every ``(topic name, partition)`` a commit request names."""
+    return [(t.name, p.partition_index) for t in topics for p in t.partitions]
+
+
 def collect_commits(
     topics: Any, group_code: int, metadata_max_bytes: int, with_leader_epoch: bool,
     logs: LogManager, may_read: Callable[[str], bool],

@@ -5,7 +5,8 @@ FENCED_INSTANCE_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS while assignments 
 being handed out. A commit with generation -1 and no member id is a "simple" commit from
 a consumer using no group membership, accepted while the group has no members.
 For KIP-848 consumer groups the field is the member epoch: UNKNOWN_MEMBER_ID for a
-non-member, STALE_MEMBER_EPOCH for any other epoch than the member's, and
+non-member, STALE_MEMBER_EPOCH for an epoch newer than the member's or an older one
+naming a partition the member did not own at that epoch (KIP-1251), and
 UNSUPPORTED_VERSION below v9, as Kafka 4.3 answers.
 Metadata over ``offset.metadata.max.bytes`` gets OFFSET_METADATA_TOO_LARGE for that
 partition. Offsets go to ``__consumer_offsets`` before the answer (fsynced first when
@@ -21,7 +22,7 @@ from typing import Any
 from kafka.protocol.consumer import OffsetCommitRequest, OffsetCommitResponse
 
 from headrace.broker.context import RequestContext
-from headrace.broker.handlers._offsets import collect_commits
+from headrace.broker.handlers._offsets import collect_commits, requested
 from headrace.broker.registry import DeferredResponse, handles
 from headrace.errors import HeadraceError
 from headrace.protocol.acl_operations import AclOperation, ResourceType
@@ -39,7 +40,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     member_id = request.member_id if v >= 1 else ""
     try:
         ctx.require(AclOperation.READ, ResourceType.GROUP, request.group_id)
-        if not state.consumer_groups.check_offset_commit(request.group_id, member_id, epoch, v):
+        if not state.consumer_groups.check_offset_commit(request.group_id, member_id, epoch, v,
+                                                         requested(request.topics)):
             state.groups.check_commit(request.group_id, epoch, member_id,
                                       request.group_instance_id if v >= 7 else None)
         group_code = 0

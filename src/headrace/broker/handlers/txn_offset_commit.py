@@ -3,7 +3,8 @@
 batch and applied only when the transaction commits. Requires an Ongoing transaction
 that added the group (AddOffsetsToTxn), else INVALID_TXN_STATE; v3+ group fields are
 fenced like OffsetCommit (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID; for
-KIP-848 consumer groups the generation is the member epoch: STALE_MEMBER_EPOCH). With
+KIP-848 consumer groups the generation is the member epoch: STALE_MEMBER_EPOCH, relaxed by
+KIP-1251 as in OffsetCommit). With
 ACLs: WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), READ on the
 group (GROUP_AUTHORIZATION_FAILED) and on each topic (TOPIC_AUTHORIZATION_FAILED)."""
 
@@ -14,7 +15,7 @@ from typing import Any
 from kafka.protocol.producer import TxnOffsetCommitRequest, TxnOffsetCommitResponse
 
 from headrace.broker.context import RequestContext
-from headrace.broker.handlers._offsets import collect_commits
+from headrace.broker.handlers._offsets import collect_commits, requested
 from headrace.broker.handlers._txn import fenced_code
 from headrace.broker.registry import handles
 from headrace.protocol.acl_operations import AclOperation, ResourceType
@@ -35,7 +36,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                                        request.producer_epoch, request.group_id)
         if v >= 3 and request.generation_id >= 0 and not \
                 state.consumer_groups.check_offset_commit(
-                    request.group_id, request.member_id, request.generation_id, None):
+                    request.group_id, request.member_id, request.generation_id, None,
+                    requested(request.topics)):
             state.groups.check_commit(request.group_id, request.generation_id,
                                       request.member_id, request.group_instance_id)
         code = 0

@@ -1,17 +1,24 @@
 """The stateful processor behind ``windowed``: one instance per key group, in Python workers.
 
-State per key: a map ``(start, end) -> (accumulator JSON, emitted)``. For per-event
-sliding windows the map holds one entry per event time ``t`` (start = end = t) whose
-accumulator is the list of that instant's aggregate inputs; a window ``[e - size, e]`` is
-recomputed from the entries it covers. Timers only wake the key up: ``_sweep`` decides
-what to emit and evict from the watermark; each key holds one timer, at the next
-watermark that changes something.
+Python transformWithState pays a socket round trip to the JVM for every state call, so
+state is not kept per key: ``windowed`` groups the stream by a **bucket** (a hash of the
+keys modulo ``buckets``) and the processor keeps, per bucket, one value holding every key's
+windows, pickled. A micro-batch costs a few round trips per bucket (load, store, move the
+bucket's one timer) whatever the number of keys; the price is rewriting a bucket's state
+when any of its keys changes.
+
+Per key: a map ``(start, end) -> [accumulator, emitted]``. For per-event sliding windows
+the map holds one entry per event time ``t`` (start = end = t) whose accumulator is the
+list of that instant's aggregate inputs; a window ``[e - size, e]`` is recomputed from the
+entries it covers. Timers only wake the bucket up: ``_sweep`` decides, per key, what to emit
+and evict from the watermark; each bucket holds one timer, at the next watermark that
+changes something for one of its keys.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Iterator
+import pickle
+from collections.abc import Iterator
 from typing import Any
 
 from pyspark.sql import Row
@@ -21,17 +28,16 @@ from pyspark.sql.streaming.stateful_processor import (
     StatefulProcessorHandle,
     TimerValues,
 )
-from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import BinaryType, StructField, StructType
 
 from headrace.streaming import aggregates
 from headrace.streaming.timeutil import from_ms, to_ms
 from headrace.streaming.windows import WindowedSpec, row_json
 
-_WINDOW_KEY = StructType([StructField("start", LongType()), StructField("end", LongType())])
-_WINDOW_VALUE = StructType([StructField("acc", StringType()),
-                            StructField("emitted", BooleanType())])
+_BUCKET_VALUE = StructType([StructField("keys", BinaryType())])
 
-Entry = tuple[list[Any], bool]
+Entry = tuple[Any, bool]
+Windows = dict[tuple[int, int], Entry]
 
 
 class WindowProcessor(StatefulProcessor):
@@ -44,23 +50,27 @@ class WindowProcessor(StatefulProcessor):
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
-        self.windows = handle.getMapState("windows", _WINDOW_KEY, _WINDOW_VALUE)
+        self.bucket = handle.getValueState("bucket", _BUCKET_VALUE)
 
     # -- state access -------------------------------------------------------------------
-    def _load(self) -> tuple[dict[tuple[int, int], tuple[str, bool]],
-                             dict[tuple[int, int], Entry]]:
-        """The stored state as written (to detect changes) and parsed (to change)."""
-        stored = {(k[0], k[1]): (v[0], v[1]) for k, v in self.windows.iterator()}
-        return stored, {w: (json.loads(acc), emitted) for w, (acc, emitted) in stored.items()}
+    def _load(self) -> tuple[bytes | None, dict[tuple[Any, ...], Windows], int | None]:
+        """The bucket's stored bytes (to detect changes), its keys' windows and the
+        bucket's registered timer."""
+        stored = self.bucket.get()
+        if stored is None:
+            return None, {}, None
+        keys, timer = pickle.loads(stored[0])
+        return stored[0], keys, timer
 
-    def _store(self, before: dict[tuple[int, int], tuple[str, bool]],
-               after: dict[tuple[int, int], Entry]) -> None:
-        for w in before.keys() - after.keys():
-            self.windows.removeKey(w)
-        for w, (acc, emitted) in after.items():
-            value = (json.dumps(acc), emitted)
-            if before.get(w) != value:
-                self.windows.updateValue(w, value)
+    def _store(self, before: bytes | None, keys: dict[tuple[Any, ...], Windows],
+               timer: int | None) -> None:
+        if not keys:
+            if before is not None:
+                self.bucket.clear()
+            return
+        after = pickle.dumps((keys, timer), protocol=pickle.HIGHEST_PROTOCOL)
+        if after != before:
+            self.bucket.update((after,))
 
     # -- output rows -------------------------------------------------------------------
     def _row(self, key: tuple[Any, ...], kind: str, **values: Any) -> Row:
@@ -78,8 +88,7 @@ class WindowProcessor(StatefulProcessor):
         return self._row(key, kind, window_start=from_ms(start), window_end=from_ms(w[1]),
                          final=final, **values)
 
-    def _window_values(self, windows: dict[tuple[int, int], Entry],
-                       w: tuple[int, int]) -> dict[str, Any]:
+    def _window_values(self, windows: Windows, w: tuple[int, int]) -> dict[str, Any]:
         if self.kind != "sliding":
             return aggregates.result(self.aggs, windows[w][0])
         start, end = w[1] - self.spec.window.size_ms, w[1]
@@ -89,12 +98,28 @@ class WindowProcessor(StatefulProcessor):
     # -- event handling ----------------------------------------------------------------
     def handleInputRows(self, key: Any, rows: Iterator[Row],
                         timerValues: TimerValues) -> Iterator[Row]:
-        key = tuple(key)
         watermark = timerValues.getCurrentWatermarkInMs()
-        before, windows = self._load()
-        touched: set[tuple[int, int]] = set()
+        before, keys, timer = self._load()
+        by_key: dict[tuple[Any, ...], list[Row]] = {}
+        names, event_time = self.spec.keys, self.spec.event_time
+        for row in rows:
+            by_key.setdefault(tuple(row[k] for k in names), []).append(row)
         out: list[Row] = []
-        for row in sorted(rows, key=lambda r: to_ms(r[self.spec.event_time])):
+        for k, its_rows in by_key.items():
+            windows = keys.setdefault(k, {})
+            self._add(k, windows, sorted(its_rows, key=lambda r: to_ms(r[event_time])),
+                      watermark, out)
+        # The watermark moved for every key of the bucket, not only for those with events.
+        self._sweep_all(keys, watermark, out)
+        timer = self._schedule(keys, watermark, timer)
+        self._store(before, keys, timer)
+        return iter(out)
+
+    def _add(self, key: tuple[Any, ...], windows: Windows, rows: list[Row], watermark: int,
+             out: list[Row]) -> None:
+        """One key's events of this batch, in event-time order."""
+        touched: set[tuple[int, int]] = set()
+        for row in rows:
             t = to_ms(row[self.spec.event_time])
             if self.kind == "session":
                 done = self._add_session(key, windows, touched, row, t, watermark, out)
@@ -113,39 +138,40 @@ class WindowProcessor(StatefulProcessor):
                 out.append(self._result(key, w, self._window_values(windows, w), closed))
                 if closed:
                     windows[w] = (windows[w][0], True)
-        out.extend(self._sweep(key, windows, watermark))
-        self._store(before, windows)
-        # A key without state holds no timer (the one-timer invariant): nothing to list.
-        self._schedule(windows, watermark, registered=None if before else ())
-        return iter(out)
 
     def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
                            expiredTimerInfo: ExpiredTimerInfo) -> Iterator[Row]:
-        before, windows = self._load()
+        before, keys, _ = self._load()
         watermark = timerValues.getCurrentWatermarkInMs()
-        out = self._sweep(tuple(key), windows, watermark)
-        self._store(before, windows)
-        # The timer that fired was the key's only one, and it is gone.
-        self._schedule(windows, watermark, registered=())
+        out: list[Row] = []
+        self._sweep_all(keys, watermark, out)
+        # The timer that fired was the bucket's only one, and it is gone.
+        self._store(before, keys, self._schedule(keys, watermark, None))
         return iter(out)
 
-    def _schedule(self, windows: dict[tuple[int, int], Entry], watermark: int,
-                  registered: Iterable[int] | None = None) -> None:
-        """Keep exactly one timer per key, at the next watermark that changes something: a
-        window to emit or to evict. One timer, not one per window, so a key's state is
-        loaded once per batch however many windows it holds. ``registered``: the key's
-        timers when known without asking (each state call is a round trip to the JVM),
-        else None to list them."""
-        due = [w[1] if not emitted else self._evict_after(w) + 1
-               for w, (_, emitted) in windows.items()]
-        wanted = min((t for t in due if t > watermark), default=None)
-        for t in self.handle.listTimers() if registered is None else registered:
-            if t != wanted:
-                self.handle.deleteTimer(t)
-            else:
-                wanted = None  # already registered
-        if wanted is not None:
-            self.handle.registerTimer(wanted)
+    def _sweep_all(self, keys: dict[tuple[Any, ...], Windows], watermark: int,
+                   out: list[Row]) -> None:
+        for k in list(keys):
+            windows = keys[k]
+            out.extend(self._sweep(k, windows, watermark))
+            if not windows:
+                del keys[k]
+
+    def _schedule(self, keys: dict[tuple[Any, ...], Windows], watermark: int,
+                  registered: int | None) -> int | None:
+        """Keep exactly one timer per bucket, at the next watermark that changes something
+        for one of its keys: a window to emit or to evict. ``registered``: the bucket's
+        timer (kept in its state: listing timers would be one more round trip). Returns
+        the timer now registered."""
+        wanted = min((t for windows in keys.values() for w, (_, emitted) in windows.items()
+                      if (t := w[1] if not emitted else self._evict_after(w) + 1) > watermark),
+                     default=None)
+        if registered != wanted:
+            if registered is not None:
+                self.handle.deleteTimer(registered)
+            if wanted is not None:
+                self.handle.registerTimer(wanted)
+        return wanted
 
     def _evict_after(self, w: tuple[int, int]) -> int:
         """The watermark past which window ``w``'s state can no longer change."""

@@ -45,6 +45,8 @@ from headrace.streaming.errors import SpecError
 from headrace.streaming.timeutil import duration_ms
 
 HIDDEN_WATERMARK = "__headrace_watermark"
+BUCKET = "__headrace_bucket"
+DEFAULT_BUCKETS = 64
 
 
 @dataclass(frozen=True)
@@ -110,16 +112,25 @@ def output_schema(df: DataFrame, spec: WindowedSpec) -> StructType:
 def windowed(df: DataFrame, *, keys: list[str] | tuple[str, ...], event_time: str,
              window: Window, aggs: list[Agg] | tuple[Agg, ...],
              watermark: str | int | dt.timedelta,
-             allowed_lateness: str | int | dt.timedelta = 0, emit: str = "final") -> DataFrame:
+             allowed_lateness: str | int | dt.timedelta = 0, emit: str = "final",
+             buckets: int = DEFAULT_BUCKETS) -> DataFrame:
     """Window ``df`` (a stream without a watermark of its own) by event time per ``keys``.
 
-    Raises ``SpecError`` for an unknown column, duplicate output names or a bad ``emit``.
-    Needs the RocksDB state store (``headrace.streaming.configure(spark)``).
+    State lives in ``buckets`` groups (a hash of the keys; see ``processor``): every
+    micro-batch costs a few state calls per bucket, not per key, so more buckets mean more
+    parallelism across a cluster and smaller state rewrites, fewer mean less overhead per
+    batch. A checkpoint stays tied to its ``buckets``.
+
+    Raises ``SpecError`` for an unknown column, duplicate output names, a bad ``emit`` or
+    ``buckets`` below 1. Needs the RocksDB state store
+    (``headrace.streaming.configure(spark)``).
     """
     from headrace.streaming.processor import WindowProcessor
 
     if emit not in ("final", "updates"):
         raise SpecError(f"emit must be 'final' or 'updates', got {emit!r}")
+    if buckets < 1:
+        raise SpecError(f"buckets must be at least 1, got {buckets}")
     missing = [c for c in (*keys, event_time, *(a.column for a in aggs if a.column))
                if c not in df.columns]
     if missing:
@@ -132,7 +143,8 @@ def windowed(df: DataFrame, *, keys: list[str] | tuple[str, ...], event_time: st
     spec = WindowedSpec(tuple(keys), event_time, window, tuple(aggs),
                         duration_ms(allowed_lateness), emit)
     marked = with_spark_watermark(df, event_time, watermark)
-    return marked.groupBy(*keys).transformWithState(
+    bucket = F.pmod(F.xxhash64(*keys), F.lit(buckets)) if keys else F.lit(0)
+    return marked.withColumn(BUCKET, bucket).groupBy(BUCKET).transformWithState(
         WindowProcessor(spec), output_schema(df, spec), "Append", "EventTime")
 
 
@@ -174,5 +186,8 @@ def to_topics(out: DataFrame, keys: list[str], results_topic: str,
 
 
 def row_json(row: Any) -> str:
-    """An input row as JSON (late side output); timestamps as ISO-8601."""
-    return json.dumps(row.asDict(recursive=True), default=str, sort_keys=True)
+    """An input row as JSON (late side output); timestamps as ISO-8601. The toolkit's
+    hidden bucket column is left out."""
+    data = row.asDict(recursive=True)
+    data.pop(BUCKET, None)
+    return json.dumps(data, default=str, sort_keys=True)

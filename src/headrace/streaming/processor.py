@@ -10,15 +10,17 @@ when any of its keys changes.
 Per key: a map ``(start, end) -> [accumulator, emitted]``. For per-event sliding windows
 the map holds one entry per event time ``t`` (start = end = t) whose accumulator is the
 list of that instant's aggregate inputs; a window ``[e - size, e]`` is recomputed from the
-entries it covers. Timers only wake the bucket up: ``_sweep`` decides, per key, what to emit
-and evict from the watermark; each bucket holds one timer, at the next watermark that
-changes something for one of its keys.
+entries it covers. Each key also keeps the timer a per-key processor would hold: the next
+watermark that changes something (a window to emit or to evict). The bucket registers one
+real timer, the earliest of its keys'; a micro-batch settles the keys with events and
+those whose timer Spark would fire (once the watermark is past it), so the output is the
+same, batch for batch, as with state and timers per key.
 """
 
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from pyspark.sql import Row
@@ -38,6 +40,8 @@ _BUCKET_VALUE = StructType([StructField("keys", BinaryType())])
 
 Entry = tuple[Any, bool]
 Windows = dict[tuple[int, int], Entry]
+# A key's windows, and the watermark past which its per-key timer would fire (None: none).
+KeyState = tuple[Windows, int | None]
 
 
 class WindowProcessor(StatefulProcessor):
@@ -53,16 +57,16 @@ class WindowProcessor(StatefulProcessor):
         self.bucket = handle.getValueState("bucket", _BUCKET_VALUE)
 
     # -- state access -------------------------------------------------------------------
-    def _load(self) -> tuple[bytes | None, dict[tuple[Any, ...], Windows], int | None]:
-        """The bucket's stored bytes (to detect changes), its keys' windows and the
-        bucket's registered timer."""
+    def _load(self) -> tuple[bytes | None, dict[tuple[Any, ...], KeyState], int | None]:
+        """The bucket's stored bytes (to detect changes), its keys' state and the bucket's
+        registered timer."""
         stored = self.bucket.get()
         if stored is None:
             return None, {}, None
         keys, timer = pickle.loads(stored[0])
         return stored[0], keys, timer
 
-    def _store(self, before: bytes | None, keys: dict[tuple[Any, ...], Windows],
+    def _store(self, before: bytes | None, keys: dict[tuple[Any, ...], KeyState],
                timer: int | None) -> None:
         if not keys:
             if before is not None:
@@ -106,13 +110,21 @@ class WindowProcessor(StatefulProcessor):
             by_key.setdefault(tuple(row[k] for k in names), []).append(row)
         out: list[Row] = []
         for k, its_rows in by_key.items():
-            windows = keys.setdefault(k, {})
+            windows = keys[k][0] if k in keys else {}
             self._add(k, windows, sorted(its_rows, key=lambda r: to_ms(r[event_time])),
                       watermark, out)
-        # The watermark moved for every key of the bucket, not only for those with events.
-        self._sweep_all(keys, watermark, out)
-        timer = self._schedule(keys, watermark, timer)
-        self._store(before, keys, timer)
+            self._settle(keys, k, windows, watermark, out)
+        self._fire_due(keys, watermark, out, skip=by_key.keys())
+        self._store(before, keys, self._schedule(keys, timer))
+        return iter(out)
+
+    def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
+                           expiredTimerInfo: ExpiredTimerInfo) -> Iterator[Row]:
+        before, keys, _ = self._load()
+        out: list[Row] = []
+        self._fire_due(keys, timerValues.getCurrentWatermarkInMs(), out, skip=())
+        # The timer that fired was the bucket's only one, and it is gone.
+        self._store(before, keys, self._schedule(keys, None))
         return iter(out)
 
     def _add(self, key: tuple[Any, ...], windows: Windows, rows: list[Row], watermark: int,
@@ -139,33 +151,34 @@ class WindowProcessor(StatefulProcessor):
                 if closed:
                     windows[w] = (windows[w][0], True)
 
-    def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
-                           expiredTimerInfo: ExpiredTimerInfo) -> Iterator[Row]:
-        before, keys, _ = self._load()
-        watermark = timerValues.getCurrentWatermarkInMs()
-        out: list[Row] = []
-        self._sweep_all(keys, watermark, out)
-        # The timer that fired was the bucket's only one, and it is gone.
-        self._store(before, keys, self._schedule(keys, watermark, None))
-        return iter(out)
+    def _settle(self, keys: dict[tuple[Any, ...], KeyState], key: tuple[Any, ...],
+                windows: Windows, watermark: int, out: list[Row]) -> None:
+        """Emit and evict what the watermark allows for ``key``, then give it its timer:
+        the next watermark that changes something (a window to emit or to evict)."""
+        out.extend(self._sweep(key, windows, watermark))
+        if not windows:
+            keys.pop(key, None)
+            return
+        due = (w[1] if not emitted else self._evict_after(w) + 1
+               for w, (_, emitted) in windows.items())
+        keys[key] = (windows, min((t for t in due if t > watermark), default=None))
 
-    def _sweep_all(self, keys: dict[tuple[Any, ...], Windows], watermark: int,
-                   out: list[Row]) -> None:
-        for k in list(keys):
-            windows = keys[k]
-            out.extend(self._sweep(k, windows, watermark))
-            if not windows:
-                del keys[k]
+    def _fire_due(self, keys: dict[tuple[Any, ...], KeyState], watermark: int,
+                  out: list[Row], skip: Iterable[tuple[Any, ...]]) -> None:
+        """The keys whose timer Spark would fire in this batch (below the watermark; a
+        key with events this batch was settled already), settled as a per-key timer
+        would have them."""
+        done = set(skip)
+        for k, (windows, timer) in list(keys.items()):
+            if timer is not None and timer < watermark and k not in done:
+                self._settle(keys, k, windows, watermark, out)
 
-    def _schedule(self, keys: dict[tuple[Any, ...], Windows], watermark: int,
+    def _schedule(self, keys: dict[tuple[Any, ...], KeyState],
                   registered: int | None) -> int | None:
-        """Keep exactly one timer per bucket, at the next watermark that changes something
-        for one of its keys: a window to emit or to evict. ``registered``: the bucket's
-        timer (kept in its state: listing timers would be one more round trip). Returns
-        the timer now registered."""
-        wanted = min((t for windows in keys.values() for w, (_, emitted) in windows.items()
-                      if (t := w[1] if not emitted else self._evict_after(w) + 1) > watermark),
-                     default=None)
+        """Keep exactly one timer per bucket, at its keys' earliest timer. ``registered``:
+        the bucket's timer (kept in its state: listing timers would be one more round
+        trip). Returns the timer now registered."""
+        wanted = min((t for _, t in keys.values() if t is not None), default=None)
         if registered != wanted:
             if registered is not None:
                 self.handle.deleteTimer(registered)

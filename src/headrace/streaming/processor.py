@@ -23,7 +23,7 @@ import pickle
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from pyspark.sql import Row
+import pandas as pd
 from pyspark.sql.streaming.stateful_processor import (
     ExpiredTimerInfo,
     StatefulProcessor,
@@ -33,10 +33,12 @@ from pyspark.sql.streaming.stateful_processor import (
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from headrace.streaming import aggregates
-from headrace.streaming.timeutil import from_ms, to_ms
-from headrace.streaming.windows import WindowedSpec, row_json
+from headrace.streaming.errors import StreamingError
+from headrace.streaming.windows import EVENT_JSON, WindowedSpec
 
 _BUCKET_VALUE = StructType([StructField("keys", BinaryType())])
+
+_TIMES = ("window_start", "window_end", "event_time")
 
 Entry = tuple[Any, bool]
 Windows = dict[tuple[int, int], Entry]
@@ -77,20 +79,43 @@ class WindowProcessor(StatefulProcessor):
             self.bucket.update((after,))
 
     # -- output rows -------------------------------------------------------------------
-    def _row(self, key: tuple[Any, ...], kind: str, **values: Any) -> Row:
-        data: dict[str, Any] = {"kind": kind}
-        data.update(zip(self.spec.keys, key, strict=True))
-        data.update({"window_start": None, "window_end": None, "final": None,
-                     "event_time": None, "lateness_ms": None, "event": None})
-        data.update({a.name: None for a in self.aggs})
-        data.update(values)
-        return Row(**data)
+    def _emit(self, out: dict[str, list[Any]], key: tuple[Any, ...], kind: str,
+              values: dict[str, Any] | None = None, window: tuple[int, int] | None = None,
+              final: bool | None = None, late: tuple[int, int, str] | None = None) -> None:
+        """Append one output row to the column lists ``out``: a window's ``values`` or a
+        ``late`` event (event time, lateness, event JSON)."""
+        out["kind"].append(kind)
+        for name, v in zip(self.spec.keys, key, strict=True):
+            out[name].append(v)
+        start = end = None
+        if window is not None:
+            start = window[1] - self.spec.window.size_ms if self.kind == "sliding" else window[0]
+            end = window[1]
+        out["window_start"].append(start)
+        out["window_end"].append(end)
+        for a in self.aggs:
+            out[a.name].append(None if values is None else values[a.name])
+        out["final"].append(final)
+        out["event_time"].append(None if late is None else late[0])
+        out["lateness_ms"].append(None if late is None else late[1])
+        out["event"].append(None if late is None else late[2])
 
-    def _result(self, key: tuple[Any, ...], w: tuple[int, int], values: dict[str, Any],
-                final: bool, kind: str = "result") -> Row:
-        start = w[1] - self.spec.window.size_ms if self.kind == "sliding" else w[0]
-        return self._row(key, kind, window_start=from_ms(start), window_end=from_ms(w[1]),
-                         final=final, **values)
+    def _columns(self) -> dict[str, list[Any]]:
+        names = ["kind", *self.spec.keys, "window_start", "window_end",
+                 *(a.name for a in self.aggs), "final", "event_time", "lateness_ms", "event"]
+        return {n: [] for n in names}
+
+    def _frames(self, out: dict[str, list[Any]]) -> Iterator[pd.DataFrame]:
+        if not out["kind"]:
+            return iter(())
+        data = {}
+        for name, values in out.items():
+            if name in _TIMES:
+                ms = pd.Series(values, dtype="float64")
+                data[name] = pd.to_datetime(ms, unit="ms", utc=True)
+            else:
+                data[name] = pd.Series(values, dtype=object)
+        return iter([pd.DataFrame(data)])
 
     def _window_values(self, windows: Windows, w: tuple[int, int]) -> dict[str, Any]:
         if self.kind != "sliding":
@@ -100,62 +125,74 @@ class WindowProcessor(StatefulProcessor):
         return aggregates.fold(self.aggs, rows)
 
     # -- event handling ----------------------------------------------------------------
-    def handleInputRows(self, key: Any, rows: Iterator[Row],
-                        timerValues: TimerValues) -> Iterator[Row]:
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
+                        timerValues: TimerValues) -> Iterator[pd.DataFrame]:
         watermark = timerValues.getCurrentWatermarkInMs()
         before, keys, timer = self._load()
-        by_key: dict[tuple[Any, ...], list[Row]] = {}
-        names, event_time = self.spec.keys, self.spec.event_time
-        for row in rows:
-            by_key.setdefault(tuple(row[k] for k in names), []).append(row)
-        out: list[Row] = []
-        for k, its_rows in by_key.items():
+        # key -> its events: (event time ms, aggregate inputs, index of the event's JSON)
+        by_key: dict[tuple[Any, ...], list[tuple[int, dict[str, Any], int]]] = {}
+        events: list[str] = []
+        for frame in rows:
+            times = frame[self.spec.event_time]
+            if times.isna().any():
+                raise StreamingError(f"{self.spec.event_time} is null in an event: every "
+                                     "event needs an event time")
+            ms = times.to_numpy().astype("datetime64[ms]").astype("int64").tolist()
+            key_columns = [frame[k].tolist() for k in self.spec.keys]
+            inputs = [frame[c].tolist() for c in self.inputs]
+            base = len(events)
+            events.extend(frame[EVENT_JSON].tolist())
+            for i, t in enumerate(ms):
+                k = tuple(c[i] for c in key_columns)
+                values = {c: column[i] for c, column in zip(self.inputs, inputs, strict=True)}
+                by_key.setdefault(k, []).append((t, values, base + i))
+        out = self._columns()
+        for k, its_events in by_key.items():
             windows = keys[k][0] if k in keys else {}
-            self._add(k, windows, sorted(its_rows, key=lambda r: to_ms(r[event_time])),
-                      watermark, out)
+            its_events.sort(key=lambda e: e[0])
+            self._add(k, windows, its_events, events, watermark, out)
             self._settle(keys, k, windows, watermark, out)
         self._fire_due(keys, watermark, out, skip=by_key.keys())
         self._store(before, keys, self._schedule(keys, timer))
-        return iter(out)
+        return self._frames(out)
 
     def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
-                           expiredTimerInfo: ExpiredTimerInfo) -> Iterator[Row]:
+                           expiredTimerInfo: ExpiredTimerInfo) -> Iterator[pd.DataFrame]:
         before, keys, _ = self._load()
-        out: list[Row] = []
+        out = self._columns()
         self._fire_due(keys, timerValues.getCurrentWatermarkInMs(), out, skip=())
         # The timer that fired was the bucket's only one, and it is gone.
         self._store(before, keys, self._schedule(keys, None))
-        return iter(out)
+        return self._frames(out)
 
-    def _add(self, key: tuple[Any, ...], windows: Windows, rows: list[Row], watermark: int,
-             out: list[Row]) -> None:
+    def _add(self, key: tuple[Any, ...], windows: Windows,
+             its_events: list[tuple[int, dict[str, Any], int]], events: list[str],
+             watermark: int, out: dict[str, list[Any]]) -> None:
         """One key's events of this batch, in event-time order."""
         touched: set[tuple[int, int]] = set()
-        for row in rows:
-            t = to_ms(row[self.spec.event_time])
+        for t, values, at in its_events:
             if self.kind == "session":
-                done = self._add_session(key, windows, touched, row, t, watermark, out)
+                done = self._add_session(key, windows, touched, values, t, watermark, out)
             elif self.kind == "sliding":
-                done = self._add_sliding(windows, touched, row, t, watermark)
+                done = self._add_sliding(windows, touched, values, t, watermark)
             else:
-                done = self._add_fixed(windows, touched, row, t, watermark)
+                done = self._add_fixed(windows, touched, values, t, watermark)
             if not done:
-                out.append(self._row(key, "late", event_time=from_ms(t),
-                                     lateness_ms=watermark - t, event=row_json(row)))
+                self._emit(out, key, "late", late=(t, watermark - t, events[at]))
         for w in sorted(touched):
             if w not in windows:
                 continue
             closed = watermark >= w[1]
             if closed or self.spec.emit == "updates":
-                out.append(self._result(key, w, self._window_values(windows, w), closed))
+                self._emit(out, key, "result", self._window_values(windows, w), w, closed)
                 if closed:
                     windows[w] = (windows[w][0], True)
 
     def _settle(self, keys: dict[tuple[Any, ...], KeyState], key: tuple[Any, ...],
-                windows: Windows, watermark: int, out: list[Row]) -> None:
+                windows: Windows, watermark: int, out: dict[str, list[Any]]) -> None:
         """Emit and evict what the watermark allows for ``key``, then give it its timer:
         the next watermark that changes something (a window to emit or to evict)."""
-        out.extend(self._sweep(key, windows, watermark))
+        self._sweep(key, windows, watermark, out)
         if not windows:
             keys.pop(key, None)
             return
@@ -164,7 +201,7 @@ class WindowProcessor(StatefulProcessor):
         keys[key] = (windows, min((t for t in due if t > watermark), default=None))
 
     def _fire_due(self, keys: dict[tuple[Any, ...], KeyState], watermark: int,
-                  out: list[Row], skip: Iterable[tuple[Any, ...]]) -> None:
+                  out: dict[str, list[Any]], skip: Iterable[tuple[Any, ...]]) -> None:
         """The keys whose timer Spark would fire in this batch (below the watermark; a
         key with events this batch was settled already), settled as a per-key timer
         would have them."""
@@ -198,21 +235,19 @@ class WindowProcessor(StatefulProcessor):
         changes."""
         return watermark >= 0 and end + self.lateness <= watermark
 
-    def _sweep(self, key: tuple[Any, ...], windows: dict[tuple[int, int], Entry],
-               watermark: int) -> list[Row]:
+    def _sweep(self, key: tuple[Any, ...], windows: Windows, watermark: int,
+               out: dict[str, list[Any]]) -> None:
         """Emit windows the watermark has closed; evict those past their lateness."""
-        out: list[Row] = []
         for w in sorted(windows):
             acc, emitted = windows[w]
             if not emitted and watermark >= w[1]:
-                out.append(self._result(key, w, self._window_values(windows, w), True))
+                self._emit(out, key, "result", self._window_values(windows, w), w, True)
                 windows[w] = (acc, True)
         for w in [w for w in windows if watermark > self._evict_after(w)]:
             del windows[w]
-        return out
 
-    def _add_fixed(self, windows: dict[tuple[int, int], Entry], touched: set[tuple[int, int]],
-                   row: Row, t: int, watermark: int) -> bool:
+    def _add_fixed(self, windows: Windows, touched: set[tuple[int, int]],
+                   row: dict[str, Any], t: int, watermark: int) -> bool:
         live = [w for w in self.spec.window.assign(t) if not self._expired(w[1], watermark)]
         for w in live:
             acc, emitted = windows.get(w) or (aggregates.empty(self.aggs), False)
@@ -221,13 +256,13 @@ class WindowProcessor(StatefulProcessor):
             touched.add(w)
         return bool(live)
 
-    def _add_sliding(self, windows: dict[tuple[int, int], Entry],
-                     touched: set[tuple[int, int]], row: Row, t: int, watermark: int) -> bool:
+    def _add_sliding(self, windows: Windows, touched: set[tuple[int, int]],
+                     row: dict[str, Any], t: int, watermark: int) -> bool:
         if self._expired(t, watermark):
             return False
         w = (t, t)
         acc, emitted = windows.get(w) or ([], False)
-        acc.append({c: row[c] for c in self.inputs})
+        acc.append(row)
         windows[w] = (acc, emitted)
         size = self.spec.window.size_ms
         # Windows ending at t and up to size after it contain this event.
@@ -235,9 +270,9 @@ class WindowProcessor(StatefulProcessor):
                        and (e == w or windows[e][1] or self.spec.emit == "updates"))
         return True
 
-    def _add_session(self, key: tuple[Any, ...], windows: dict[tuple[int, int], Entry],
-                     touched: set[tuple[int, int]], row: Row, t: int, watermark: int,
-                     out: list[Row]) -> bool:
+    def _add_session(self, key: tuple[Any, ...], windows: Windows,
+                     touched: set[tuple[int, int]], row: dict[str, Any], t: int,
+                     watermark: int, out: dict[str, list[Any]]) -> bool:
         gap = self.spec.window.size_ms
         joined = [w for w in windows if w[0] < t + gap and t < w[1]]
         start = min([t, *(w[0] for w in joined)])
@@ -253,8 +288,7 @@ class WindowProcessor(StatefulProcessor):
             if w == (start, end):
                 kept_emitted = emitted
             elif emitted:
-                out.append(self._result(key, w, aggregates.result(self.aggs, old), True,
-                                        kind="retract"))
+                self._emit(out, key, "retract", aggregates.result(self.aggs, old), w, True)
             acc = aggregates.merge(self.aggs, acc, old)
         windows[(start, end)] = (acc, kept_emitted)
         touched.add((start, end))

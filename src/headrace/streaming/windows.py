@@ -32,9 +32,7 @@ reports as late. State per key and window is evicted once ``W`` passes
 from __future__ import annotations
 
 import datetime as dt
-import json
 from dataclasses import dataclass
-from typing import Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -46,6 +44,8 @@ from headrace.streaming.timeutil import duration_ms
 
 HIDDEN_WATERMARK = "__headrace_watermark"
 BUCKET = "__headrace_bucket"
+# Not "__..." like the others: transformWithStateInPandas renames such columns to "_<n>".
+EVENT_JSON = "headrace__event"
 DEFAULT_BUCKETS = 64
 
 
@@ -144,8 +144,13 @@ def windowed(df: DataFrame, *, keys: list[str] | tuple[str, ...], event_time: st
                         duration_ms(allowed_lateness), emit)
     marked = with_spark_watermark(df, event_time, watermark)
     bucket = F.pmod(F.xxhash64(*keys), F.lit(buckets)) if keys else F.lit(0)
-    return marked.withColumn(BUCKET, bucket).groupBy(BUCKET).transformWithState(
-        WindowProcessor(spec), output_schema(df, spec), "Append", "EventTime")
+    # Each event as JSON, for the late side output (Spark's to_json, nulls kept).
+    event = F.to_json(F.struct(*[F.col(c) for c in df.columns]), {"ignoreNullFields": "false"})
+    needed = [*keys, event_time, *{a.column for a in aggs if a.column}]
+    return (marked.withColumn(EVENT_JSON, event).withColumn(BUCKET, bucket)
+            .select(*dict.fromkeys(needed), EVENT_JSON, BUCKET)
+            .groupBy(BUCKET).transformWithStateInPandas(
+                WindowProcessor(spec), output_schema(df, spec), "Append", "EventTime"))
 
 
 def with_spark_watermark(df: DataFrame, event_time: str,
@@ -183,11 +188,3 @@ def to_topics(out: DataFrame, keys: list[str], results_topic: str,
         .alias("topic"),
         key.alias("key"),
         F.when(F.col("kind") == "late", F.col("event")).otherwise(payload).alias("value"))
-
-
-def row_json(row: Any) -> str:
-    """An input row as JSON (late side output); timestamps as ISO-8601. The toolkit's
-    hidden bucket column is left out."""
-    data = row.asDict(recursive=True)
-    data.pop(BUCKET, None)
-    return json.dumps(data, default=str, sort_keys=True)

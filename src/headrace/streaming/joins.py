@@ -23,14 +23,17 @@ table-table join kept as a live view.
   that product).
 
 The stream-table joins run on transformWithState over the union of both sides, grouped by
-the join key; table state keeps one row per key (latest) or the versions the watermark can
-still reach (temporal).
+a bucket of join keys (``buckets``, 64 by default: a few state calls per bucket and
+micro-batch, whatever the number of keys); table state keeps one row per key (latest) or
+the versions the watermark can still reach (temporal). A checkpoint stays tied to its
+``buckets``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import pickle
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -45,8 +48,8 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 from pyspark.sql.types import (
+    BinaryType,
     BooleanType,
-    LongType,
     StringType,
     StructField,
     StructType,
@@ -55,9 +58,9 @@ from pyspark.sql.types import (
 
 from headrace.streaming.errors import SpecError
 from headrace.streaming.timeutil import duration_ms, from_ms
-from headrace.streaming.windows import with_spark_watermark
+from headrace.streaming.windows import BUCKET, DEFAULT_BUCKETS, with_spark_watermark
 
-_ONE_LONG = StructType([StructField("v", LongType())])
+_BUCKET_VALUE = StructType([StructField("keys", BinaryType())])
 _ONE_STRING = StructType([StructField("v", StringType())])
 # table_join's change marker on left rows: an upsert, or "moved away to another join key"
 _OP = "__op"
@@ -124,9 +127,15 @@ def _dumps(d: Any) -> str:
 
 
 class _JoinProcessor(StatefulProcessor):
-    """State: ``table`` (one JSON row, latest mode), ``versions`` (valid_from -> JSON row,
-    temporal), ``pending`` (event time -> JSON list of held events, temporal), ``left`` (left
-    primary key -> JSON row, table-table)."""
+    """The stream-table joins, grouped by a bucket of join keys (``windows.BUCKET``): one
+    pickled value per bucket holds every key's state, so a micro-batch costs a few state
+    round trips per bucket, not per key. Per key: ``table`` (the latest row: latest and
+    table modes), ``versions`` (valid_from -> row) and ``pending`` (event time -> held
+    events: temporal), ``first`` (the smallest valid_from ever stored: temporal), ``left``
+    (left primary key -> row: table mode) and ``timers``, the event-time timers a per-key
+    processor would hold (temporal). The bucket registers one real timer, the earliest of
+    its keys'; each micro-batch fires the keys' timers Spark would fire (the watermark at or past
+    them), so the output is the one per-key state and timers would give."""
 
     def __init__(self, spec: _JoinSpec, schemas: tuple[str, str]) -> None:
         self.spec = spec
@@ -134,13 +143,34 @@ class _JoinProcessor(StatefulProcessor):
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
-        self.table = handle.getValueState("table", _ONE_STRING)
-        self.first = handle.getValueState("first", _ONE_LONG)
-        self.versions = handle.getMapState("versions", _ONE_LONG, _ONE_STRING)
-        self.pending = handle.getMapState("pending", _ONE_LONG, _ONE_STRING)
-        self.left = handle.getMapState("left", _ONE_STRING, _ONE_STRING)
+        self.bucket = handle.getValueState("bucket", _BUCKET_VALUE)
         self.left_schema = StructType.fromJson(json.loads(self.schemas[0]))
         self.right_schema = StructType.fromJson(json.loads(self.schemas[1]))
+
+    def _load(self) -> tuple[bytes | None, dict[tuple[Any, ...], dict[str, Any]], int | None]:
+        stored = self.bucket.get()
+        if stored is None:
+            return None, {}, None
+        keys, timer = pickle.loads(stored[0])
+        return stored[0], keys, timer
+
+    def _store(self, before: bytes | None, keys: dict[tuple[Any, ...], dict[str, Any]],
+               registered: int | None) -> None:
+        """Write the bucket back and keep its one timer at its keys' earliest."""
+        wanted = min((min(ks["timers"]) for ks in keys.values() if ks.get("timers")),
+                     default=None)
+        if registered != wanted:
+            if registered is not None:
+                self.handle.deleteTimer(registered)
+            if wanted is not None:
+                self.handle.registerTimer(wanted)
+        if not keys:
+            if before is not None:
+                self.bucket.clear()
+            return
+        after = pickle.dumps((keys, wanted), protocol=pickle.HIGHEST_PROTOCOL)
+        if after != before:
+            self.bucket.update((after,))
 
     def _out(self, key: tuple[Any, ...], left: dict[str, Any] | None,
              right: dict[str, Any] | None, **extra: Any) -> Row:
@@ -152,110 +182,126 @@ class _JoinProcessor(StatefulProcessor):
 
     def handleInputRows(self, key: Any, rows: Iterator[Row],
                         timerValues: TimerValues) -> Iterator[Row]:
-        key = tuple(key)
-        batch = list(rows)
-        tables = sorted((r for r in batch if r["__side"] == "R"), key=lambda r: r["__t"])
-        events = sorted((r for r in batch if r["__side"] == "L"), key=lambda r: r["__t"])
-        if self.spec.mode == "latest":
-            return iter(self._latest(key, tables, events))
+        before, keys, timer = self._load()
+        by_key: dict[tuple[Any, ...], list[Row]] = {}
+        for r in rows:
+            by_key.setdefault(tuple(r[k] for k in self.spec.key), []).append(r)
+        watermark = timerValues.getCurrentWatermarkInMs()
+        out: list[Row] = []
+        for k, batch in by_key.items():
+            ks = keys.setdefault(k, {})
+            tables = sorted((r for r in batch if r["__side"] == "R"), key=lambda r: r["__t"])
+            events = sorted((r for r in batch if r["__side"] == "L"), key=lambda r: r["__t"])
+            if self.spec.mode == "latest":
+                out.extend(self._latest(k, ks, tables, events))
+            elif self.spec.mode == "temporal":
+                out.extend(self._temporal(k, ks, tables, events, watermark))
+            else:
+                out.extend(self._table(k, ks, tables, events))
         if self.spec.mode == "temporal":
-            return iter(self._temporal(key, tables, events, timerValues))
-        return iter(self._table(key, tables, events))
+            self._fire_due(keys, watermark, out)
+        self._store(before, keys, timer)
+        return iter(out)
 
-    def _latest(self, key: tuple[Any, ...], tables: list[Row], events: list[Row]) -> list[Row]:
+    def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
+                           expiredTimerInfo: ExpiredTimerInfo) -> Iterator[Row]:
+        before, keys, _ = self._load()
+        out: list[Row] = []
+        self._fire_due(keys, timerValues.getCurrentWatermarkInMs(), out)
+        # The timer that fired was the bucket's only one, and it is gone.
+        self._store(before, keys, None)
+        return iter(out)
+
+    def _latest(self, key: tuple[Any, ...], ks: dict[str, Any], tables: list[Row],
+                events: list[Row]) -> list[Row]:
         for r in tables:
-            self.table.update((_dumps(_row_dict(r["__right"])),))
-        current = _loads(self.table.get()) if self.table.exists() else None
+            ks["table"] = _row_dict(r["__right"])
+        current = ks.get("table")
         return [self._out(key, _row_dict(e["__left"]), current) for e in events]
 
-    def _temporal(self, key: tuple[Any, ...], tables: list[Row], events: list[Row],
-                  timers: TimerValues) -> list[Row]:
-        watermark = timers.getCurrentWatermarkInMs()
+    def _temporal(self, key: tuple[Any, ...], ks: dict[str, Any], tables: list[Row],
+                  events: list[Row], watermark: int) -> list[Row]:
+        versions = ks.setdefault("versions", {})
+        pending = ks.setdefault("pending", {})
+        timers = ks.setdefault("timers", set())
         for r in tables:
-            self.versions.updateValue((r["__t"],), (_dumps(_row_dict(r["__right"])),))
+            versions[r["__t"]] = _row_dict(r["__right"])
         if tables:
             first = min(r["__t"] for r in tables)
-            if not self.first.exists() or first < self._first():
-                self.first.update((first,))
+            if ks.get("first") is None or first < ks["first"]:
+                ks["first"] = first
             # Once the watermark passes the newest version, the older ones are evicted
-            # (handleExpiredTimer), also for keys that never see an event.
-            self.handle.registerTimer(max(r["__t"] for r in tables))
+            # (_expire), also for keys that never see an event.
+            timers.add(max(r["__t"] for r in tables))
         out: list[Row] = []
         for e in events:
             t = e["__t"]
             if watermark >= 0 and t <= watermark:
-                out.append(self._versioned(key, _row_dict(e["__left"]), t, late=True))
+                out.append(self._versioned(key, ks, _row_dict(e["__left"]), t, late=True))
                 continue
-            held = _loads(self.pending.getValue((t,))) if self.pending.containsKey((t,)) else []
-            held.append(_row_dict(e["__left"]))
-            self.pending.updateValue((t,), (_dumps(held),))
-            self.handle.registerTimer(t)
+            pending.setdefault(t, []).append(_row_dict(e["__left"]))
+            timers.add(t)
         return out
 
-    def _first(self) -> int:
-        """The smallest ``valid_from`` this key ever stored (kept past eviction)."""
-        value = self.first.get()
-        assert value is not None
-        return int(value[0])
-
-    def _versioned(self, key: tuple[Any, ...], event: dict[str, Any], t: int,
-                   late: bool) -> Row:
-        stored = self.versions.keys()  # MapState's iterator of key tuples
-        held = [v[0] for v in stored]
+    def _versioned(self, key: tuple[Any, ...], ks: dict[str, Any], event: dict[str, Any],
+                   t: int, late: bool) -> Row:
+        held = ks["versions"]
         valid = [v for v in held if v <= t]
+        first = ks.get("first")
         if valid:
             since = max(valid)
-        elif late and held and self.first.exists() and self._first() <= t:
+        elif late and held and first is not None and first <= t:
             since = min(held)  # the version valid at t was evicted: the oldest one held
         else:
             return self._out(key, event, None, valid_from=None, late=late)
-        row = _loads(self.versions.getValue((since,)))
-        return self._out(key, event, row, valid_from=from_ms(since), late=late)
+        return self._out(key, event, held[since], valid_from=from_ms(since), late=late)
 
-    def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
-                           expiredTimerInfo: ExpiredTimerInfo) -> Iterator[Row]:
-        key = tuple(key)
-        watermark = timerValues.getCurrentWatermarkInMs()
+    def _fire_due(self, keys: dict[tuple[Any, ...], dict[str, Any]], watermark: int,
+                  out: list[Row]) -> None:
+        """Fire, for each key, the timers Spark would fire now (at or below the watermark)."""
+        for k, ks in keys.items():
+            timers = ks.get("timers")
+            if timers and min(timers) <= watermark:
+                ks["timers"] = {t for t in timers if t > watermark}
+                out.extend(self._expire(k, ks, watermark))
+
+    def _expire(self, key: tuple[Any, ...], ks: dict[str, Any], watermark: int) -> list[Row]:
+        """A temporal key's timer fired: join the held events the watermark has reached."""
         out: list[Row] = []
-        for (t,), (held,) in list(self.pending.iterator()):
+        pending = ks["pending"]
+        for t in sorted(pending):
             if t <= watermark:
-                out.extend(self._versioned(key, ev, t, late=False) for ev in json.loads(held))
-                self.pending.removeKey((t,))
+                out.extend(self._versioned(key, ks, ev, t, late=False) for ev in pending.pop(t))
         # Versions no on-time event can reach any more: all but the newest one at or before
         # the watermark (later events are after the watermark; late ones join the version
         # valid at their time if held, else the oldest held: see the module docstring).
-        stored = self.versions.keys()
-        older = sorted(v[0] for v in stored if v[0] <= watermark)
+        versions = ks["versions"]
+        older = sorted(v for v in versions if v <= watermark)
         for since in older[:-1]:
-            self.versions.removeKey((since,))
-        return iter(out)
+            del versions[since]
+        return out
 
-    def _table(self, key: tuple[Any, ...], tables: list[Row], events: list[Row]) -> list[Row]:
-        out: list[Row] = []
+    def _table(self, key: tuple[Any, ...], ks: dict[str, Any], tables: list[Row],
+               events: list[Row]) -> list[Row]:
         pk = self.spec.left_pk
         assert pk is not None
-        current = _loads(self.table.get()) if self.table.exists() else None
-        changed_right = False
+        lefts: dict[str, dict[str, Any]] = ks.setdefault("left", {})
         for r in tables:
-            current = _row_dict(r["__right"])
-            changed_right = True
-        if changed_right:
-            self.table.update((_dumps(current or {}),))
+            ks["table"] = _row_dict(r["__right"])
         touched: dict[str, dict[str, Any]] = {}
         for e in events:
             left = _row_dict(e["__left"])
             op = left.pop(_OP, _UPSERT)
             if op == _MOVED_AWAY:  # re-keyed to another join key: that key emits it
-                self.left.removeKey((str(left[pk]),))
+                lefts.pop(str(left[pk]), None)
                 touched.pop(str(left[pk]), None)
                 continue
-            self.left.updateValue((str(left[pk]),), (_dumps(left),))
+            lefts[str(left[pk])] = left
             touched[str(left[pk])] = left
-        if changed_right:
-            touched = {k[0]: json.loads(v[0]) for k, v in self.left.iterator()}
-        for left in touched.values():
-            out.append(self._out(key, left, current))
-        return out
+        if tables:
+            touched = dict(lefts)
+        current = ks.get("table")
+        return [self._out(key, left, current) for left in touched.values()]
 
 
 class _ForeignKeyTracker(StatefulProcessor):
@@ -317,7 +363,9 @@ def _revive(d: dict[str, Any] | None, schema: StructType) -> Any:
 
 def _join(left: DataFrame, right: DataFrame, spec: _JoinSpec, left_time: str | None,
           right_time: str | None, watermark: str | int | dt.timedelta | None,
-          extra: list[StructField]) -> DataFrame:
+          extra: list[StructField], buckets: int) -> DataFrame:
+    if buckets < 1:
+        raise SpecError(f"buckets must be at least 1, got {buckets}")
     key = list(spec.key)
     for side, df in (("left", left), ("right", right)):
         missing = [k for k in key if k not in df.columns]
@@ -332,14 +380,18 @@ def _join(left: DataFrame, right: DataFrame, spec: _JoinSpec, left_time: str | N
                            StructField("right", StructType(list(right.schema.fields)))]
                         + extra)
     processor = _JoinProcessor(spec, (left_schema.json(), right.schema.json()))
+    bucket = F.pmod(F.xxhash64(*key), F.lit(buckets))
     if watermark is None:
-        return union.groupBy(*key).transformWithState(processor, schema, "Append", "None")
+        return union.withColumn(BUCKET, bucket).groupBy(BUCKET).transformWithState(
+            processor, schema, "Append", "None")
     marked = union.withColumn("__wm", F.timestamp_millis(F.col("__t")))
     marked = with_spark_watermark(marked, "__wm", watermark).drop("__wm")
-    return marked.groupBy(*key).transformWithState(processor, schema, "Append", "EventTime")
+    return marked.withColumn(BUCKET, bucket).groupBy(BUCKET).transformWithState(
+        processor, schema, "Append", "EventTime")
 
 
-def latest_join(events: DataFrame, table: DataFrame, *, on: list[str]) -> DataFrame:
+def latest_join(events: DataFrame, table: DataFrame, *, on: list[str],
+                buckets: int = DEFAULT_BUCKETS) -> DataFrame:
     """Each event with the table's latest row for its key (``right`` null if none yet).
     A micro-batch's table updates are applied before its events (module docstring).
 
@@ -347,22 +399,23 @@ def latest_join(events: DataFrame, table: DataFrame, *, on: list[str]) -> DataFr
     the key columns, ``left`` (the event) and ``right`` (the table row) as structs.
     """
     spec = _JoinSpec("latest", tuple(on), tuple(events.columns), tuple(table.columns))
-    return _join(events, table, spec, None, None, None, [])
+    return _join(events, table, spec, None, None, None, [], buckets)
 
 
 def temporal_join(events: DataFrame, table: DataFrame, *, on: list[str], event_time: str,
-                  valid_from: str, watermark: str | int | dt.timedelta) -> DataFrame:
+                  valid_from: str, watermark: str | int | dt.timedelta,
+                  buckets: int = DEFAULT_BUCKETS) -> DataFrame:
     """Each event with the table row valid at its ``event_time``: the version with the
     greatest ``valid_from`` at or before it. Output adds ``valid_from`` and ``late``; late
     events join as the module docstring says."""
     spec = _JoinSpec("temporal", tuple(on), tuple(events.columns), tuple(table.columns))
     return _join(events, table, spec, event_time, valid_from, watermark,
                  [StructField("valid_from", TimestampType()),
-                  StructField("late", BooleanType())])
+                  StructField("late", BooleanType())], buckets)
 
 
 def table_join(left: DataFrame, right: DataFrame, *, on: list[str],
-               left_key: str) -> DataFrame:
+               left_key: str, buckets: int = DEFAULT_BUCKETS) -> DataFrame:
     """A live view of ``left`` (e.g. orders, primary key ``left_key``) joined with ``right``
     (e.g. products, keyed by ``on``). Every change re-emits the view rows it affects; read
     the output as upserts keyed by ``left_key``. A left row may change its ``on`` value
@@ -373,4 +426,4 @@ def table_join(left: DataFrame, right: DataFrame, *, on: list[str],
     keep their order."""
     spec = _JoinSpec("table", tuple(on), tuple(left.columns), tuple(right.columns), left_key)
     tracked = _track_foreign_keys(left, on, left_key)
-    return _join(tracked, right, spec, None, None, None, [])
+    return _join(tracked, right, spec, None, None, None, [], buckets)

@@ -13,7 +13,7 @@ list of that instant's aggregate inputs; a window ``[e - size, e]`` is recompute
 entries it covers. Each key also keeps the timer a per-key processor would hold: the next
 watermark that changes something (a window to emit or to evict). The bucket registers one
 real timer, the earliest of its keys'; a micro-batch settles the keys with events and
-those whose timer Spark would fire (once the watermark is past it), so the output is the
+those whose timer Spark would fire (once the watermark reaches it), so the output is the
 same, batch for batch, as with state and timers per key.
 """
 
@@ -23,6 +23,7 @@ import pickle
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from pyspark.sql.streaming.stateful_processor import (
     ExpiredTimerInfo,
@@ -39,6 +40,7 @@ from headrace.streaming.windows import EVENT_JSON, WindowedSpec
 _BUCKET_VALUE = StructType([StructField("keys", BinaryType())])
 
 _TIMES = ("window_start", "window_end", "event_time")
+_NAT = np.iinfo(np.int64).min
 
 Entry = tuple[Any, bool]
 Windows = dict[tuple[int, int], Entry]
@@ -110,9 +112,9 @@ class WindowProcessor(StatefulProcessor):
             return iter(())
         data = {}
         for name, values in out.items():
-            if name in _TIMES:
-                ms = pd.Series(values, dtype="float64")
-                data[name] = pd.to_datetime(ms, unit="ms", utc=True)
+            if name in _TIMES:  # epoch ms; None is NaT (int64's minimum)
+                ms = np.array([_NAT if v is None else v for v in values], dtype="int64")
+                data[name] = pd.Series(ms.astype("datetime64[ms]")).dt.tz_localize("UTC")
             else:
                 data[name] = pd.Series(values, dtype=object)
         return iter([pd.DataFrame(data)])
@@ -202,12 +204,12 @@ class WindowProcessor(StatefulProcessor):
 
     def _fire_due(self, keys: dict[tuple[Any, ...], KeyState], watermark: int,
                   out: dict[str, list[Any]], skip: Iterable[tuple[Any, ...]]) -> None:
-        """The keys whose timer Spark would fire in this batch (below the watermark; a
+        """The keys whose timer Spark would fire in this batch (at or below the watermark; a
         key with events this batch was settled already), settled as a per-key timer
         would have them."""
         done = set(skip)
         for k, (windows, timer) in list(keys.items()):
-            if timer is not None and timer < watermark and k not in done:
+            if timer is not None and timer <= watermark and k not in done:
                 self._settle(keys, k, windows, watermark, out)
 
     def _schedule(self, keys: dict[tuple[Any, ...], KeyState],

@@ -107,6 +107,17 @@ def test_late_event_bridging_two_sessions_merges_them(
         ("result", "a", 0, 16, 5), ("retract", "a", 0, 7, 2), ("retract", "a", 10, 16, 2)]
 
 
+def test_an_event_exactly_a_gap_after_a_session_joins_it(
+        spark: SparkSession, broker: EmbeddedBroker, topic_name: str, tmp_path: Path) -> None:
+    """As Spark's session_window (and Flink and Kafka Streams) have it: 10:05 is exactly the
+    5-minute gap after 10:00, so one session [10:00, 10:10); 10:10:30 is past its end."""
+    steps = StepRunner(spark, broker, topic_name, SCHEMA, lambda df: windowed(
+        df, keys=["k"], event_time="event_time", window=session("5 minutes"),
+        aggs=[count()], watermark=0), tmp_path / "cp")
+    assert summary(steps.run([ev(0), ev(5), ev(10.5), ev(30, k="z")]), "count") == [
+        ("result", "a", 0, 10, 2), ("result", "a", 10.5, 15.5, 1)]
+
+
 def test_per_event_sliding_counts(spark: SparkSession, broker: EmbeddedBroker,
                                   topic_name: str, tmp_path: Path) -> None:
     """"More than 3 failed logins within 10 minutes of each other": one window per event."""

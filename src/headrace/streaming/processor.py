@@ -276,7 +276,9 @@ class WindowProcessor(StatefulProcessor):
                      touched: set[tuple[int, int]], row: dict[str, Any], t: int,
                      watermark: int, out: dict[str, list[Any]]) -> bool:
         gap = self.spec.window.size_ms
-        joined = [w for w in windows if w[0] < t + gap and t < w[1]]
+        # An event exactly a gap after a session (or before it) joins it, as in Spark,
+        # Flink and Kafka Streams.
+        joined = [w for w in windows if w[0] <= t + gap and t <= w[1]]
         start = min([t, *(w[0] for w in joined)])
         end = max([t + gap, *(w[1] for w in joined)])
         if self._expired(end, watermark):

@@ -24,6 +24,7 @@ from headrace.spark import read_events
 from headrace.streaming import with_spark_watermark
 from headrace.streaming.joins import latest_join
 from headrace.streaming.timeutil import duration_ms
+from headrace.streaming.windows import BUCKET, DEFAULT_BUCKETS
 
 TXN_SCHEMA = ("txn_id string not null, card_id string not null, user_id string not null, "
               "merchant_id string not null, amount double not null, currency string, "
@@ -81,7 +82,8 @@ def detections(spark: SparkSession, cfg: PipelineConfig) -> DataFrame:
     flat = enriched.select("left.*", F.col("right.avg_amount").alias("avg_amount"),
                            F.col("right.std_amount").alias("std_amount"))
     marked = with_spark_watermark(flat, "event_time", cfg.watermark)
-    out = marked.groupBy("card_id").transformWithState(
+    bucket = F.pmod(F.xxhash64("card_id"), F.lit(DEFAULT_BUCKETS)).alias(BUCKET)
+    out = marked.select("*", bucket).groupBy(BUCKET).transformWithState(
         FraudDetector(cfg.thresholds, duration_ms(cfg.allowed_lateness)), OUTPUT_DDL,
         "Append", "EventTime")
     return out.observe("out", F.count(F.when(F.col("kind") == "alert", 1)).alias("alerts"),

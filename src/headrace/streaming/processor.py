@@ -44,7 +44,7 @@ _NAT = np.iinfo(np.int64).min
 
 Entry = tuple[Any, bool]
 Windows = dict[tuple[int, int], Entry]
-# A key's windows, and the watermark past which its per-key timer would fire (None: none).
+# A key's windows, and the watermark at which its per-key timer would fire (None: none).
 KeyState = tuple[Windows, int | None]
 
 

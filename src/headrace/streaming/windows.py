@@ -13,7 +13,8 @@ rows told apart by ``kind``:
   one; its values are the ones emitted before.
 - ``late``: an event whose every window is past ``end + allowed_lateness`` — Spark would
   drop it silently; here it comes out with ``lateness_ms`` (watermark minus event time)
-  and the event as JSON, so it can go to a side-output topic and be counted.
+  and the event as JSON (Spark's `to_json` of the input row, nulls kept), so it can go to a
+  side-output topic and be counted.
 
 The watermark ``W`` is Spark's own: the maximum event time seen in earlier micro-batches
 minus the ``watermark`` delay, the same for all keys, as transformWithState reports it to

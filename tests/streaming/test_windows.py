@@ -182,3 +182,27 @@ def test_lateness_boundary_is_end_plus_allowed_lateness_at_or_behind_the_waterma
     assert summary(steps.run([ev(15), ev(22 - 1 / MINUTE)]), "count") == [
         ("result", "a", 10, 20, 2)]  # 10:12 and 10:15
     assert summary(steps.run([ev(14)]), "count") == [("result", "a", 10, 20, 3)]
+
+
+def test_wrong_options_get_a_clear_error(spark: SparkSession) -> None:
+    from pyspark.sql import functions as F
+
+    from headrace.streaming import SpecError
+    from headrace.streaming.joins import latest_join
+
+    df = spark.createDataFrame([("a", 1)], "k string, ts long") \
+        .withColumn("event_time", F.timestamp_millis("ts"))
+
+    def build(**kw: Any) -> Any:
+        spec = {"keys": ["k"], "event_time": "event_time", "window": tumbling("1 minute"),
+                "aggs": [count()], "watermark": 0, **kw}
+        return windowed(df, **spec)
+
+    with pytest.raises(SpecError, match="buckets must be at least 1, got 0"):
+        build(buckets=0)
+    with pytest.raises(SpecError, match="emit must be"):
+        build(emit="sometimes")
+    with pytest.raises(SpecError, match=r"columns \['nope'\] are not in the stream"):
+        build(keys=["nope"])
+    with pytest.raises(SpecError, match="buckets must be at least 1"):
+        latest_join(df, df, on=["k"], buckets=-1)

@@ -9,6 +9,7 @@ makes "this event arrives when the watermark is X" reproducible without sleeps.
 from __future__ import annotations
 
 import json
+import pickle
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,16 @@ from tests.spark.kafka_helpers import create_topic, produce
 
 MINUTE = 60_000
 T0 = 1_700_000_000_000 - 1_700_000_000_000 % (60 * MINUTE)  # an hour boundary
+
+
+def state_by_key(spark: SparkSession, checkpoint: Path) -> dict[Any, Any]:
+    """What a toolkit operator holds per key as of its last batch, read with Spark's state
+    reader: every bucket's pickled key map, merged."""
+    held: dict[Any, Any] = {}
+    for b in spark.read.format("statestore").option("stateVarName", "bucket") \
+            .load(str(checkpoint)).collect():
+        held.update(pickle.loads(b.value.keys)[0])
+    return held
 
 
 def at(minutes: float) -> int:

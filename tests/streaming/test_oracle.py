@@ -3,7 +3,6 @@ equals a batch computation over the same log. And state stays bounded as time mo
 
 from __future__ import annotations
 
-import pickle
 import random
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from headrace.streaming import (
 )
 from headrace.streaming.timeutil import to_ms
 from headrace.testing import EmbeddedBroker
-from tests.streaming.harness import MINUTE, StepRunner, at
+from tests.streaming.harness import MINUTE, StepRunner, at, state_by_key
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -89,15 +88,6 @@ def test_stream_equals_batch(spark: SparkSession, broker: EmbeddedBroker, topic_
     assert streamed == batch_results(batch, window)
 
 
-def windows_in_state(spark: SparkSession, checkpoint: Path) -> int:
-    """(key, window) entries held in the windowed operator's state, as of the last batch
-    (Spark's state reader; each bucket's value is the processor's pickled key map)."""
-    buckets = spark.read.format("statestore").option("stateVarName", "bucket") \
-        .load(str(checkpoint)).collect()
-    return sum(len(windows) for b in buckets
-               for windows, _timer in pickle.loads(b.value.keys)[0].values())
-
-
 def test_state_stays_bounded(spark: SparkSession, broker: EmbeddedBroker, topic_name: str,
                              tmp_path: Path) -> None:
     steps = StepRunner(spark, broker, topic_name, SCHEMA, lambda df: windowed(
@@ -107,7 +97,8 @@ def test_state_stays_bounded(spark: SparkSession, broker: EmbeddedBroker, topic_
     for step in range(8):
         steps.run([{"k": f"k{i}", "ts": at(step * 10 + j), "amount": 1.0}
                    for i in range(5) for j in range(10)])
-        held.append(windows_in_state(spark, tmp_path / "cp"))
+        held.append(sum(len(windows) for windows, _timer
+                        in state_by_key(spark, tmp_path / "cp").values()))
         # State is per bucket of keys: at most one row per bucket, whatever the windows.
         assert steps.progress[-1]["stateOperators"][0]["numRowsTotal"] <= 5
     # After each step the watermark is the step's last event time W; a window stays while

@@ -156,7 +156,10 @@ class _JoinProcessor(StatefulProcessor):
 
     def _store(self, before: bytes | None, keys: dict[tuple[Any, ...], dict[str, Any]],
                registered: int | None) -> None:
-        """Write the bucket back and keep its one timer at its keys' earliest."""
+        """Write the bucket back, without the keys left with nothing (no table row,
+        version, held event or timer), and keep its one timer at its keys' earliest."""
+        for k in [k for k, ks in keys.items() if not any(ks.values())]:
+            del keys[k]
         wanted = min((min(ks["timers"]) for ks in keys.values() if ks.get("timers")),
                      default=None)
         if registered != wanted:

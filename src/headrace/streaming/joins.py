@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import pickle
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -48,7 +47,6 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 from pyspark.sql.types import (
-    BinaryType,
     BooleanType,
     StringType,
     StructField,
@@ -56,11 +54,11 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from headrace.streaming import buckets
 from headrace.streaming.errors import SpecError
 from headrace.streaming.timeutil import duration_ms, from_ms
 from headrace.streaming.windows import BUCKET, DEFAULT_BUCKETS, with_spark_watermark
 
-_BUCKET_VALUE = StructType([StructField("keys", BinaryType())])
 _ONE_STRING = StructType([StructField("v", StringType())])
 # table_join's change marker on left rows: an upsert, or "moved away to another join key"
 _OP = "__op"
@@ -143,16 +141,9 @@ class _JoinProcessor(StatefulProcessor):
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
-        self.bucket = handle.getValueState("bucket", _BUCKET_VALUE)
+        self.bucket = handle.getValueState("bucket", buckets.VALUE_SCHEMA)
         self.left_schema = StructType.fromJson(json.loads(self.schemas[0]))
         self.right_schema = StructType.fromJson(json.loads(self.schemas[1]))
-
-    def _load(self) -> tuple[bytes | None, dict[tuple[Any, ...], dict[str, Any]], int | None]:
-        stored = self.bucket.get()
-        if stored is None:
-            return None, {}, None
-        keys, timer = pickle.loads(stored[0])
-        return stored[0], keys, timer
 
     def _store(self, before: bytes | None, keys: dict[tuple[Any, ...], dict[str, Any]],
                registered: int | None) -> None:
@@ -162,18 +153,7 @@ class _JoinProcessor(StatefulProcessor):
             del keys[k]
         wanted = min((min(ks["timers"]) for ks in keys.values() if ks.get("timers")),
                      default=None)
-        if registered != wanted:
-            if registered is not None:
-                self.handle.deleteTimer(registered)
-            if wanted is not None:
-                self.handle.registerTimer(wanted)
-        if not keys:
-            if before is not None:
-                self.bucket.clear()
-            return
-        after = pickle.dumps((keys, wanted), protocol=pickle.HIGHEST_PROTOCOL)
-        if after != before:
-            self.bucket.update((after,))
+        buckets.store(self.handle, self.bucket, before, keys, registered, wanted)
 
     def _out(self, key: tuple[Any, ...], left: dict[str, Any] | None,
              right: dict[str, Any] | None, **extra: Any) -> Row:
@@ -185,7 +165,7 @@ class _JoinProcessor(StatefulProcessor):
 
     def handleInputRows(self, key: Any, rows: Iterator[Row],
                         timerValues: TimerValues) -> Iterator[Row]:
-        before, keys, timer = self._load()
+        before, keys, timer = buckets.load(self.bucket)
         by_key: dict[tuple[Any, ...], list[Row]] = {}
         for r in rows:
             by_key.setdefault(tuple(r[k] for k in self.spec.key), []).append(r)
@@ -208,7 +188,7 @@ class _JoinProcessor(StatefulProcessor):
 
     def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
                            expiredTimerInfo: ExpiredTimerInfo) -> Iterator[Row]:
-        before, keys, _ = self._load()
+        before, keys, _ = buckets.load(self.bucket)
         out: list[Row] = []
         self._fire_due(keys, timerValues.getCurrentWatermarkInMs(), out)
         # The timer that fired was the bucket's only one, and it is gone.

@@ -19,7 +19,6 @@ same, batch for batch, as with state and timers per key.
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -31,13 +30,10 @@ from pyspark.sql.streaming.stateful_processor import (
     StatefulProcessorHandle,
     TimerValues,
 )
-from pyspark.sql.types import BinaryType, StructField, StructType
 
-from headrace.streaming import aggregates
+from headrace.streaming import aggregates, buckets
 from headrace.streaming.errors import StreamingError
 from headrace.streaming.windows import EVENT_JSON, WindowedSpec
-
-_BUCKET_VALUE = StructType([StructField("keys", BinaryType())])
 
 _TIMES = ("window_start", "window_end", "event_time")
 _NAT = np.iinfo(np.int64).min
@@ -58,28 +54,9 @@ class WindowProcessor(StatefulProcessor):
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
-        self.bucket = handle.getValueState("bucket", _BUCKET_VALUE)
+        self.bucket = handle.getValueState("bucket", buckets.VALUE_SCHEMA)
 
     # -- state access -------------------------------------------------------------------
-    def _load(self) -> tuple[bytes | None, dict[tuple[Any, ...], KeyState], int | None]:
-        """The bucket's stored bytes (to detect changes), its keys' state and the bucket's
-        registered timer."""
-        stored = self.bucket.get()
-        if stored is None:
-            return None, {}, None
-        keys, timer = pickle.loads(stored[0])
-        return stored[0], keys, timer
-
-    def _store(self, before: bytes | None, keys: dict[tuple[Any, ...], KeyState],
-               timer: int | None) -> None:
-        if not keys:
-            if before is not None:
-                self.bucket.clear()
-            return
-        after = pickle.dumps((keys, timer), protocol=pickle.HIGHEST_PROTOCOL)
-        if after != before:
-            self.bucket.update((after,))
-
     # -- output rows -------------------------------------------------------------------
     def _emit(self, out: dict[str, list[Any]], key: tuple[Any, ...], kind: str,
               values: dict[str, Any] | None = None, window: tuple[int, int] | None = None,
@@ -130,7 +107,7 @@ class WindowProcessor(StatefulProcessor):
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
                         timerValues: TimerValues) -> Iterator[pd.DataFrame]:
         watermark = timerValues.getCurrentWatermarkInMs()
-        before, keys, timer = self._load()
+        before, keys, timer = buckets.load(self.bucket)
         # key -> its events: (event time ms, aggregate inputs, index of the event's JSON)
         by_key: dict[tuple[Any, ...], list[tuple[int, dict[str, Any], int]]] = {}
         events: list[str] = []
@@ -155,16 +132,16 @@ class WindowProcessor(StatefulProcessor):
             self._add(k, windows, its_events, events, watermark, out)
             self._settle(keys, k, windows, watermark, out)
         self._fire_due(keys, watermark, out, skip=by_key.keys())
-        self._store(before, keys, self._schedule(keys, timer))
+        buckets.store(self.handle, self.bucket, before, keys, timer, self._next_timer(keys))
         return self._frames(out)
 
     def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
                            expiredTimerInfo: ExpiredTimerInfo) -> Iterator[pd.DataFrame]:
-        before, keys, _ = self._load()
+        before, keys, _ = buckets.load(self.bucket)
         out = self._columns()
         self._fire_due(keys, timerValues.getCurrentWatermarkInMs(), out, skip=())
         # The timer that fired was the bucket's only one, and it is gone.
-        self._store(before, keys, self._schedule(keys, None))
+        buckets.store(self.handle, self.bucket, before, keys, None, self._next_timer(keys))
         return self._frames(out)
 
     def _add(self, key: tuple[Any, ...], windows: Windows,
@@ -212,18 +189,10 @@ class WindowProcessor(StatefulProcessor):
             if timer is not None and timer <= watermark and k not in done:
                 self._settle(keys, k, windows, watermark, out)
 
-    def _schedule(self, keys: dict[tuple[Any, ...], KeyState],
-                  registered: int | None) -> int | None:
-        """Keep exactly one timer per bucket, at its keys' earliest timer. ``registered``:
-        the bucket's timer (kept in its state: listing timers would be one more round
-        trip). Returns the timer now registered."""
-        wanted = min((t for _, t in keys.values() if t is not None), default=None)
-        if registered != wanted:
-            if registered is not None:
-                self.handle.deleteTimer(registered)
-            if wanted is not None:
-                self.handle.registerTimer(wanted)
-        return wanted
+    @staticmethod
+    def _next_timer(keys: dict[tuple[Any, ...], KeyState]) -> int | None:
+        """The bucket's one timer: its keys' earliest."""
+        return min((t for _, t in keys.values() if t is not None), default=None)
 
     def _evict_after(self, w: tuple[int, int]) -> int:
         """The watermark past which window ``w``'s state can no longer change."""

@@ -13,7 +13,6 @@ watermark reaches ``keep_ms`` of event time after its newest transaction.
 from __future__ import annotations
 
 import json
-import pickle
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,17 +23,15 @@ from pyspark.sql.streaming.stateful_processor import (
     StatefulProcessorHandle,
     TimerValues,
 )
-from pyspark.sql.types import BinaryType, StructField, StructType
 
 from headrace.pipelines.fraud.rules import CardState, Thresholds, Txn, score
+from headrace.streaming import buckets
 from headrace.streaming.timeutil import from_ms, to_ms
 from headrace.streaming.windows import BUCKET
 
 OUTPUT_DDL = ("kind string, card_id string, txn_id string, user_id string, "
               "event_time timestamp, amount double, city string, reasons array<string>, "
               "score double, lateness_ms long, event string")
-
-_STATE = StructType([StructField("cards", BinaryType())])
 
 # card id -> (CardState.to_json(), the watermark at which the card's state is dropped)
 Cards = dict[str, tuple[dict[str, Any], int]]
@@ -47,14 +44,7 @@ class FraudDetector(StatefulProcessor):
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
-        self.state = handle.getValueState("cards", _STATE)
-
-    def _load(self) -> tuple[bytes | None, Cards, int | None]:
-        stored = self.state.get()
-        if stored is None:
-            return None, {}, None
-        cards, timer = pickle.loads(stored[0])
-        return stored[0], cards, timer
+        self.state = handle.getValueState("cards", buckets.VALUE_SCHEMA)
 
     def _store(self, before: bytes | None, cards: Cards, watermark: int,
                registered: int | None) -> None:
@@ -63,23 +53,12 @@ class FraudDetector(StatefulProcessor):
         for card_id in [c for c, (_, expires) in cards.items() if expires <= watermark]:
             del cards[card_id]
         wanted = min((expires for _, expires in cards.values()), default=None)
-        if registered != wanted:
-            if registered is not None:
-                self.handle.deleteTimer(registered)
-            if wanted is not None:
-                self.handle.registerTimer(wanted)
-        if not cards:
-            if before is not None:
-                self.state.clear()
-            return
-        after = pickle.dumps((cards, wanted), protocol=pickle.HIGHEST_PROTOCOL)
-        if after != before:
-            self.state.update((after,))
+        buckets.store(self.handle, self.state, before, cards, registered, wanted)
 
     def handleInputRows(self, key: Any, rows: Iterator[Row],
                         timerValues: TimerValues) -> Iterator[Row]:
         watermark = timerValues.getCurrentWatermarkInMs()
-        before, cards, timer = self._load()
+        before, cards, timer = buckets.load(self.state)
         by_card: dict[str, list[Row]] = {}
         for r in rows:
             by_card.setdefault(r["card_id"], []).append(r)
@@ -115,7 +94,7 @@ class FraudDetector(StatefulProcessor):
 
     def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
                            expiredTimerInfo: ExpiredTimerInfo) -> Iterator[Row]:
-        before, cards, _ = self._load()
+        before, cards, _ = buckets.load(self.state)
         # The timer that fired was the bucket's only one, and it is gone.
         self._store(before, cards, timerValues.getCurrentWatermarkInMs(), None)
         return iter([])

@@ -1,0 +1,44 @@
+"""State per bucket of keys, shared by the toolkit's stateful processors (``windowed``, the
+stream-table joins, the fraud detector): one ValueState holding a pickled ``(keys, timer)``
+pair per bucket, and the bucket's one event-time timer.
+
+Python transformWithState pays a JVM round trip per state call; one value and one timer
+per bucket keep that to a few calls per bucket and micro-batch, whatever the keys.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
+from pyspark.sql.types import BinaryType, StructField, StructType
+
+VALUE_SCHEMA = StructType([StructField("keys", BinaryType())])
+
+
+def load(state: Any) -> tuple[bytes | None, dict[Any, Any], int | None]:
+    """The bucket's stored bytes (to detect changes), its key map and registered timer."""
+    stored = state.get()
+    if stored is None:
+        return None, {}, None
+    keys, timer = pickle.loads(stored[0])
+    return stored[0], keys, timer
+
+
+def store(handle: StatefulProcessorHandle, state: Any, before: bytes | None,
+          keys: dict[Any, Any], registered: int | None, wanted: int | None) -> None:
+    """Move the bucket's timer from ``registered`` to ``wanted`` and write ``keys`` back
+    (cleared when empty, untouched when unchanged)."""
+    if registered != wanted:
+        if registered is not None:
+            handle.deleteTimer(registered)
+        if wanted is not None:
+            handle.registerTimer(wanted)
+    if not keys:
+        if before is not None:
+            state.clear()
+        return
+    after = pickle.dumps((keys, wanted), protocol=pickle.HIGHEST_PROTOCOL)
+    if after != before:
+        state.update((after,))

@@ -38,11 +38,18 @@ class _ServerProcess:
 
     process: subprocess.Popen[str] | None
     output: deque[str]
+    _output_lock = threading.Lock()  # the drain thread appends while callers read
 
     def _drain(self, process: subprocess.Popen[str]) -> None:
         assert process.stdout is not None
         for line in process.stdout:
-            self.output.append(line)
+            with self._output_lock:
+                self.output.append(line)
+
+    def output_lines(self) -> list[str]:
+        """A copy of the kept output lines, safe while the process still prints."""
+        with self._output_lock:
+            return list(self.output)
 
     def _wait_ready(self, marker: str, timeout: float, what: str) -> str:
         """Read output until a line contains ``marker``; return it. Blocks up to ``timeout``."""
@@ -52,14 +59,16 @@ class _ServerProcess:
             line = self.process.stdout.readline()
             if not line:
                 self.process.wait()
-                raise EmbeddedBrokerError(f"{what} exited during start-up:\n" + "".join(self.output))
+                raise EmbeddedBrokerError(f"{what} exited during start-up:\n"
+                                          + "".join(self.output_lines()))
             self.output.append(line)
             if marker in line:
                 threading.Thread(target=self._drain, args=(self.process,), daemon=True).start()
                 return line
             if time.monotonic() > deadline:
                 self.kill()
-                raise EmbeddedBrokerError(f"{what} did not start in time:\n" + "".join(self.output))
+                raise EmbeddedBrokerError(f"{what} did not start in time:\n"
+                                          + "".join(self.output_lines()))
 
     def stop(self, timeout: float = 15.0) -> int:
         """Stop cleanly (SIGTERM) and return the exit code; SIGKILL after ``timeout``."""
@@ -124,9 +133,10 @@ class EmbeddedBroker(_ServerProcess):
                                         text=True, env=env)
         line = self._wait_ready(READY_PREFIX, self.start_timeout, "broker")
         self.port = int(line.strip().rsplit(":", 1)[1])
-        self.metrics_url = next((ln.strip().rsplit(" ", 1)[1] for ln in self.output
+        lines = self.output_lines()
+        self.metrics_url = next((ln.strip().rsplit(" ", 1)[1] for ln in lines
                                  if ln.startswith(METRICS_PREFIX)), None)
-        self.listeners = {ln.split()[3]: ln.strip().rsplit(" ", 1)[1] for ln in self.output
+        self.listeners = {ln.split()[3]: ln.strip().rsplit(" ", 1)[1] for ln in lines
                           if ln.startswith(LISTENER_PREFIX)}
         return self
 

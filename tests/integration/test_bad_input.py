@@ -186,5 +186,5 @@ def test_client_gone_before_its_responses_is_not_an_error() -> None:
         assert healthy(b.bootstrap_servers)
         # The answer above went out after every earlier connection's writes had failed.
         time.sleep(0.5)
-        noisy = [line for line in b.output if "ERROR" in line or "Traceback" in line]
+        noisy = [line for line in b.output_lines() if "ERROR" in line or "Traceback" in line]
         assert noisy == []

@@ -83,7 +83,7 @@ def test_acknowledged_records_survive_kill_9(tmp_path: pytest.TempPathFactory) -
             t.join(30)
             sent += box[0]
             broker.start()  # recovery on the same data directory and port
-            assert "recovered after an unclean shutdown" in "".join(broker.output), round_
+            assert "recovered after an unclean shutdown" in "".join(broker.output_lines()), round_
         assert acks.count() >= 60_000
         assert acks.failed > 0, "the kills should have caught records in flight"
         stored = consume_all(broker.bootstrap_servers,

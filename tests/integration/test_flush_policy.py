@@ -46,7 +46,7 @@ def broker() -> Iterator[EmbeddedBroker]:
 
 
 def fsyncs(broker: EmbeddedBroker, topic: str) -> int:
-    return sum(f"flushed {topic}-0 " in line for line in list(broker.output))
+    return sum(f"flushed {topic}-0 " in line for line in broker.output_lines())
 
 
 def produce_one_by_one(broker: EmbeddedBroker, topic: str, n: int) -> None:

@@ -97,5 +97,5 @@ def test_librdkafka_reauthenticates(broker: EmbeddedBroker, mechanism: str) -> N
         p.poll(0.2)
     assert p.flush(30) == 0
     assert not [e for e in errors if e is not None]
-    expired = [ln for ln in broker.output if "User:bob expired" in ln]
+    expired = [ln for ln in broker.output_lines() if "User:bob expired" in ln]
     assert not expired, expired

@@ -105,3 +105,31 @@ def test_bad_event_options(spark: SparkSession, broker: EmbeddedBroker, schema: 
     with pytest.raises(Exception, match=message):
         read_events(spark, "t", schema, event_time=event_time, dead_letter_topic="d",
                     kafka_bootstrap_servers=broker.bootstrap_servers)
+
+
+def test_flat_schema_events_read_in_bulk(spark: SparkSession, broker: EmbeddedBroker,
+                                         topic_name: str) -> None:
+    """A flat schema with epoch-ms event time is parsed a batch at a time; a partition of
+    good records and a partition with bad ones among them give the same rows and dead
+    letters as row-by-row parsing would."""
+    dlq = topic_name + "-dlq"
+    create_topic(broker.bootstrap_servers, topic_name, 2)
+    good = [{"card_id": f"c{i}", "amount": i / 4, "ts": 1_700_000_000_000 + i, "n": i % 7}
+            for i in range(300)]
+    bad = [b'{"card_id": "x", "amount": 1, "ts": 1}{"card_id": "y", "amount": 1, "ts": 2}',
+           b'{"card_id": "x", "amount": 1, "ts": 1.5}', b"   ",
+           b'{"card_id": "x", "amount": 1, "ts": 1, "n": 99999999999}']
+    rows: list[tuple[Any, ...]] = [(None, json.dumps(g).encode(), i % 2)
+                                   for i, g in enumerate(good)]
+    rows += [(f"b{i}".encode(), raw, 1) for i, raw in enumerate(bad)]
+    produce(broker.bootstrap_servers, topic_name, rows)
+    df = read_events(spark, topic_name, "card_id string not null, amount double, ts long, n int",
+                     event_time="ts", dead_letter_topic=dlq, streaming=False,
+                     kafka_bootstrap_servers=broker.bootstrap_servers)
+    got = sorted((r.card_id, r.amount, r.n, r.event_time.astimezone(dt.UTC))
+                 for r in df.collect())
+    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+    assert got == sorted((g["card_id"], g["amount"], g["n"],
+                          epoch + dt.timedelta(milliseconds=g["ts"])) for g in good)
+    dead = {m.key(): m.value() for m in read_all(broker.bootstrap_servers, dlq)}
+    assert dead == {f"b{i}".encode(): raw for i, raw in enumerate(bad)}

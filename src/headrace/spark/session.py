@@ -85,6 +85,9 @@ def local_session(app_name: str = "headrace", master: str = "local[2]",
                .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
                .config("spark.sql.streaming.stopTimeout", "20s")
                .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
+               # a Python worker that starts on a busy machine may take more than the
+               # default 15 s to answer the JVM's handshake ("failed to connect back")
+               .config("spark.python.authenticate.socketTimeout", "120s")
                .config("spark.driver.memory", "2g"))
     connector = kafka_connector_jars() + realtime_jars() if kafka_connector else []
     if connector:

@@ -34,6 +34,19 @@ def state_by_key(spark: SparkSession, checkpoint: Path) -> dict[Any, Any]:
     return held
 
 
+def windows_by_key(spark: SparkSession, checkpoint: Path) -> dict[Any, int]:
+    """How many windows ``windowed`` holds per key as of its last batch, for the columnar
+    processor of tumbling and hopping windows (module ``fixed``): each bucket's table, one
+    row per (key, window)."""
+    held: dict[Any, int] = {}
+    for b in spark.read.format("statestore").option("stateVarName", "bucket") \
+            .load(str(checkpoint)).collect():
+        columns, _timer = pickle.loads(b.value.keys)
+        for key in zip(*(v for c, v in columns.items() if c.startswith("k")), strict=True):
+            held[key] = held.get(key, 0) + 1
+    return held
+
+
 def at(minutes: float) -> int:
     """Event time ``minutes`` after T0, in epoch ms."""
     return T0 + round(minutes * MINUTE)

@@ -25,7 +25,7 @@ from headrace.streaming import (
 )
 from headrace.streaming.timeutil import to_ms
 from headrace.testing import EmbeddedBroker
-from tests.streaming.harness import MINUTE, StepRunner, at, state_by_key
+from tests.streaming.harness import MINUTE, StepRunner, at, windows_by_key
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -97,8 +97,9 @@ def test_state_stays_bounded(spark: SparkSession, broker: EmbeddedBroker, topic_
     for step in range(8):
         steps.run([{"k": f"k{i}", "ts": at(step * 10 + j), "amount": 1.0}
                    for i in range(5) for j in range(10)])
-        held.append(sum(len(windows) for windows, _timer
-                        in state_by_key(spark, tmp_path / "cp").values()))
+        by_key = windows_by_key(spark, tmp_path / "cp")
+        assert set(by_key) == {(f"k{i}",) for i in range(5)}
+        held.append(sum(by_key.values()))
         # State is per bucket of keys: at most one row per bucket, whatever the windows.
         assert steps.progress[-1]["stateOperators"][0]["numRowsTotal"] <= 5
     # After each step the watermark is the step's last event time W; a window stays while

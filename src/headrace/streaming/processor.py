@@ -118,7 +118,9 @@ class WindowProcessor(StatefulProcessor):
                                      "event needs an event time")
             ms = times.to_numpy().astype("datetime64[ms]").astype("int64").tolist()
             key_columns = [frame[k].tolist() for k in self.spec.keys]
-            inputs = [frame[c].tolist() for c in self.inputs]
+            # a null arrives as NaN in a float column; both are skipped, as SQL skips nulls
+            inputs = [frame[c].astype(object).where(frame[c].notna(), None).tolist()
+                      for c in self.inputs]
             base = len(events)
             events.extend(frame[EVENT_JSON].tolist())
             for i, t in enumerate(ms):

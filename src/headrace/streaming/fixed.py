@@ -1,0 +1,258 @@
+"""The columnar processor behind ``windowed`` for tumbling and hopping windows whose
+aggregates are counts, sums, averages, minima and maxima: the common case, worked a bucket
+at a time with pandas instead of an event at a time in Python.
+
+A bucket's state is one table, a row per (key, window): the key columns, ``start``,
+``end``, ``emitted`` and each aggregate's partial state (a count; a sum and a count of the
+values summed; a minimum or maximum), pickled as numpy columns. A micro-batch with
+watermark ``W``:
+
+1. assigns every event to its windows; an event none of whose windows takes events any
+   more (``end + allowed_lateness <= W``) is a ``late`` row;
+2. aggregates the rest per (key, window) and merges that into the table;
+3. emits every window the batch touched that is closed (``end <= W``), as final, or every
+   touched window with ``emit="updates"`` (final once closed);
+4. emits, as final, every window the watermark closed that was not emitted yet, then drops
+   windows past ``end + allowed_lateness``;
+5. keeps one timer: the next watermark at which step 4 would change anything.
+
+That is, batch for batch, what ``processor.WindowProcessor`` does with state and timers per
+key (its per-key timer fires exactly when step 4 has work for that key); only the order of
+rows within a batch differs. Null and NaN aggregate inputs are skipped, as SQL skips nulls.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from pyspark.sql.streaming.stateful_processor import (
+    ExpiredTimerInfo,
+    StatefulProcessor,
+    StatefulProcessorHandle,
+    TimerValues,
+)
+
+from headrace.streaming import buckets
+from headrace.streaming.errors import StreamingError
+from headrace.streaming.windows import EVENT_JSON, WindowedSpec
+
+KINDS = ("count", "sum", "avg", "min", "max")
+_NAT = np.iinfo(np.int64).min
+
+
+def handles(spec: WindowedSpec) -> bool:
+    """Whether this processor computes ``spec`` (else ``processor.WindowProcessor`` does)."""
+    return spec.window.kind in ("tumbling", "hopping") and all(a.kind in KINDS
+                                                              for a in spec.aggs)
+
+
+class FixedWindowProcessor(StatefulProcessor):
+    def __init__(self, spec: WindowedSpec) -> None:
+        assert handles(spec)
+        self.spec = spec
+        self.keys = list(spec.keys)
+        self.size = spec.window.size_ms
+        self.slide = spec.window.slide_ms if spec.window.kind == "hopping" else self.size
+        self.lateness = spec.allowed_lateness_ms
+        # partial-state columns per aggregate, and how each merges
+        self.parts: dict[str, str] = {}
+        for i, a in enumerate(spec.aggs):
+            if a.kind == "count":
+                self.parts[f"n{i}"] = "sum"
+            elif a.kind in ("sum", "avg"):
+                self.parts[f"s{i}"] = "sum"
+                self.parts[f"c{i}"] = "sum"
+            else:
+                self.parts[f"v{i}"] = a.kind
+        self.group = [*(f"k{i}" for i in range(len(self.keys))), "start", "end"]
+        self.columns = [*self.group, "emitted", *self.parts]
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.bucket = handle.getValueState("bucket", buckets.VALUE_SCHEMA)
+
+    # -- state ---------------------------------------------------------------------------
+    def _load(self) -> tuple[bytes | None, pd.DataFrame, int | None]:
+        stored = self.bucket.get()
+        if stored is None:
+            return None, pd.DataFrame({c: [] for c in self.columns}), None
+        columns, timer = pickle.loads(stored[0])
+        return stored[0], pd.DataFrame(columns), timer
+
+    def _store(self, before: bytes | None, table: pd.DataFrame, registered: int | None,
+               wanted: int | None) -> None:
+        if registered != wanted:
+            if registered is not None:
+                self.handle.deleteTimer(registered)
+            if wanted is not None:
+                self.handle.registerTimer(wanted)
+        if table.empty:
+            if before is not None:
+                self.bucket.clear()
+            return
+        columns = {c: table[c].to_numpy() for c in self.columns}
+        self.bucket.update((pickle.dumps((columns, wanted), protocol=pickle.HIGHEST_PROTOCOL),))
+
+    # -- Spark's calls ---------------------------------------------------------------------
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
+                        timerValues: TimerValues) -> Iterator[pd.DataFrame]:
+        watermark = timerValues.getCurrentWatermarkInMs()
+        before, table, timer = self._load()
+        frames = [f for f in rows if len(f)]
+        out: list[dict[str, np.ndarray]] = []
+        touched = pd.Series(False, index=table.index)
+        if frames:
+            events = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+            table, touched = self._add(events, table, watermark, out)
+        table = self._settle(table, touched, watermark, out)
+        self._store(before, table, timer, self._next_timer(table, watermark))
+        return self._frames(out)
+
+    def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
+                           expiredTimerInfo: ExpiredTimerInfo) -> Iterator[pd.DataFrame]:
+        watermark = timerValues.getCurrentWatermarkInMs()
+        before, table, _ = self._load()
+        out: list[dict[str, np.ndarray]] = []
+        table = self._settle(table, pd.Series(False, index=table.index), watermark, out)
+        # The timer that fired was the bucket's only one, and it is gone.
+        self._store(before, table, None, self._next_timer(table, watermark))
+        return self._frames(out)
+
+    # -- steps -----------------------------------------------------------------------------
+    def _expired(self, end: np.ndarray, watermark: int) -> np.ndarray:
+        """The toolkit's one lateness rule (see ``processor``)."""
+        if watermark < 0:
+            return np.zeros(len(end), dtype=bool)
+        return end + self.lateness <= watermark
+
+    def _add(self, events: pd.DataFrame, table: pd.DataFrame, watermark: int,
+             out: list[dict[str, np.ndarray]]) -> tuple[pd.DataFrame, pd.Series]:
+        times = events[self.spec.event_time]
+        if times.isna().any():
+            raise StreamingError(f"{self.spec.event_time} is null in an event: every event "
+                                 "needs an event time")
+        t = times.to_numpy().astype("datetime64[ms]").astype("int64")
+        # window k of an event starts at last - k * slide, while start > t - size
+        last = t - t % self.slide
+        per_event = -(-self.size // self.slide)
+        starts = np.concatenate([last - k * self.slide for k in range(per_event)])
+        which = np.tile(np.arange(len(t)), per_event)
+        inside = starts > t[which] - self.size
+        live = inside & ~self._expired(starts + self.size, watermark)
+        taken = np.zeros(len(t), dtype=bool)
+        taken[which[live]] = True
+        if not taken.all():
+            late = events.loc[~taken]
+            lt = t[~taken]
+            out.append({"kind": np.full(len(lt), "late", dtype=object),
+                        **{k: late[k].to_numpy() for k in self.keys},
+                        "event_time": lt, "lateness_ms": (watermark - lt).astype(object),
+                        "event": late[EVENT_JSON].to_numpy()})
+        which, starts = which[live], starts[live]
+        if not len(which):
+            return table, pd.Series(False, index=table.index)
+        part: dict[str, Any] = {f"k{i}": events[k].to_numpy()[which]
+                                for i, k in enumerate(self.keys)}
+        part["start"] = starts
+        part["end"] = starts + self.size
+        for i, a in enumerate(self.spec.aggs):
+            if a.kind == "count":
+                part[f"n{i}"] = np.ones(len(which), dtype="int64")
+                continue
+            assert a.column is not None
+            values = pd.to_numeric(events[a.column], errors="coerce").to_numpy(
+                dtype="float64", na_value=np.nan)[which]
+            present = ~np.isnan(values)
+            if a.kind in ("sum", "avg"):
+                part[f"s{i}"] = np.where(present, values, 0.0)
+                part[f"c{i}"] = present.astype("int64")
+            else:
+                part[f"v{i}"] = values
+        batch = pd.DataFrame(part).groupby(self.group, sort=False, dropna=False).agg(
+            self.parts).reset_index()
+        batch["emitted"] = False
+        batch["touched"] = True
+        merged = batch
+        if len(table):
+            how = {**self.parts, "emitted": "any", "touched": "any"}
+            merged = (pd.concat([table.assign(touched=False), batch], ignore_index=True)
+                      .groupby(self.group, sort=False, dropna=False).agg(how).reset_index())
+        touched = merged.pop("touched").astype(bool)
+        return merged[self.columns], touched
+
+    def _settle(self, table: pd.DataFrame, touched: pd.Series, watermark: int,
+                out: list[dict[str, np.ndarray]]) -> pd.DataFrame:
+        if table.empty:
+            return table
+        end = table["end"].to_numpy()
+        emitted = table["emitted"].to_numpy(dtype=bool)
+        closed = end <= watermark
+        show = touched.to_numpy() & (closed | (self.spec.emit == "updates"))
+        # the watermark closed it, and no one saw it final yet
+        show |= ~emitted & closed
+        if show.any():
+            out.append(self._results(table[show], closed[show]))
+        table = table.assign(emitted=emitted | closed)
+        keep = ~(watermark > end + self.lateness)
+        return table if keep.all() else table[keep].reset_index(drop=True)
+
+    def _next_timer(self, table: pd.DataFrame, watermark: int) -> int | None:
+        """The bucket's one timer: the next watermark that emits or drops a window."""
+        if table.empty:
+            return None
+        end = table["end"].to_numpy()
+        due = np.where(table["emitted"].to_numpy(dtype=bool), end + self.lateness + 1, end)
+        due = due[due > watermark]
+        return int(due.min()) if len(due) else None
+
+    # -- output ----------------------------------------------------------------------------
+    def _results(self, rows: pd.DataFrame, final: np.ndarray) -> dict[str, np.ndarray]:
+        data: dict[str, np.ndarray] = {"kind": np.full(len(rows), "result", dtype=object)}
+        for i, k in enumerate(self.keys):
+            data[k] = rows[f"k{i}"].to_numpy()
+        data["window_start"] = rows["start"].to_numpy(dtype="int64")
+        data["window_end"] = rows["end"].to_numpy(dtype="int64")
+        for i, a in enumerate(self.spec.aggs):
+            if a.kind == "count":
+                data[a.name] = rows[f"n{i}"].to_numpy(dtype="int64").astype(object)
+                continue
+            if a.kind in ("sum", "avg"):
+                n = rows[f"c{i}"].to_numpy()
+                s = rows[f"s{i}"].to_numpy(dtype="float64")
+                value = s if a.kind == "sum" else s / np.maximum(n, 1)
+                data[a.name] = _nullable(value, n > 0)
+            else:
+                v = rows[f"v{i}"].to_numpy(dtype="float64")
+                data[a.name] = _nullable(v, ~np.isnan(v))
+        data["final"] = final.astype(object)
+        return data
+
+    def _frames(self, out: list[dict[str, np.ndarray]]) -> Iterator[pd.DataFrame]:
+        """One frame of the output rows; a column a part lacks is null in it."""
+        if not out:
+            return iter(())
+        names = ["kind", *self.keys, "window_start", "window_end",
+                 *(a.name for a in self.spec.aggs), "final", "event_time", "lateness_ms",
+                 "event"]
+        data: dict[str, pd.Series] = {}
+        for name in names:
+            if name in ("window_start", "window_end", "event_time"):
+                ms = np.concatenate([part.get(name, np.full(len(part["kind"]), _NAT,
+                                                            dtype="int64")) for part in out])
+                data[name] = pd.Series(ms.astype("datetime64[ms]")).dt.tz_localize("UTC")
+            else:
+                data[name] = pd.Series(np.concatenate(
+                    [part[name].astype(object) if name in part
+                     else np.full(len(part["kind"]), None, dtype=object) for part in out]),
+                    dtype=object)
+        return iter([pd.DataFrame(data)])
+
+
+def _nullable(values: np.ndarray, present: np.ndarray) -> np.ndarray:
+    out = values.astype(object)
+    out[~present] = None
+    return out

@@ -206,3 +206,20 @@ def test_wrong_options_get_a_clear_error(spark: SparkSession) -> None:
         build(keys=["nope"])
     with pytest.raises(SpecError, match="buckets must be at least 1"):
         latest_join(df, df, on=["k"], buckets=-1)
+
+
+@pytest.mark.parametrize("window", [tumbling("10 minutes"), session("10 minutes")],
+                         ids=["tumbling", "session"])
+def test_null_inputs_are_skipped_as_sql_skips_them(
+        spark: SparkSession, broker: EmbeddedBroker, topic_name: str, tmp_path: Path,
+        window: Any) -> None:
+    steps = StepRunner(spark, broker, topic_name, SCHEMA, lambda df: windowed(
+        df, keys=["k"], event_time="event_time", window=window,
+        aggs=[count(), sum_of("amount"), avg_of("amount"), min_of("amount"),
+              max_of("amount")], watermark=0), tmp_path / "cp")
+    cols = ("count", "sum_amount", "avg_amount", "min_amount", "max_amount")
+    events = [ev(1, amount=2), {"k": "a", "ts": at(2), "amount": None}, ev(3, amount=4),
+              {"k": "b", "ts": at(4), "amount": None}, ev(60, k="z")]
+    got = sorted(r[:2] + r[4:] for r in summary(steps.run(events), *cols))
+    assert got == [("result", "a", 3, 6.0, 3.0, 2.0, 4.0),
+                   ("result", "b", 1, None, None, None, None)]

@@ -36,8 +36,8 @@ def state_by_key(spark: SparkSession, checkpoint: Path) -> dict[Any, Any]:
 
 def windows_by_key(spark: SparkSession, checkpoint: Path) -> dict[Any, int]:
     """How many windows ``windowed`` holds per key as of its last batch, for the columnar
-    processor of tumbling and hopping windows (module ``fixed``): each bucket's table, one
-    row per (key, window)."""
+    processor (module ``columnar``: tumbling, hopping and session windows): each bucket's
+    table, one row per (key, window)."""
     held: dict[Any, int] = {}
     for b in spark.read.format("statestore").option("stateVarName", "bucket") \
             .load(str(checkpoint)).collect():

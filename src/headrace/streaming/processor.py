@@ -1,4 +1,6 @@
-"""The stateful processor behind ``windowed``: one instance per key group, in Python workers.
+"""The per-event stateful processor behind ``windowed``: per-event sliding windows, and any
+window with ``approx_distinct`` (``columnar`` takes the rest); one instance per key group,
+in Python workers. It is also the reference ``columnar`` is tested against.
 
 Python transformWithState pays a socket round trip to the JVM for every state call, so
 state is not kept per key: ``windowed`` groups the stream by a **bucket** (a hash of the
@@ -151,9 +153,13 @@ class WindowProcessor(StatefulProcessor):
              watermark: int, out: dict[str, list[Any]]) -> None:
         """One key's events of this batch, in event-time order."""
         touched: set[tuple[int, int]] = set()
+        # what was shown of each emitted window: a session that grows retracts exactly that
+        shown = ({w: aggregates.result(self.aggs, acc) for w, (acc, emitted) in windows.items()
+                  if emitted} if self.kind == "session" else {})
         for t, values, at in its_events:
             if self.kind == "session":
-                done = self._add_session(key, windows, touched, values, t, watermark, out)
+                done = self._add_session(key, windows, touched, values, t, watermark, out,
+                                         shown)
             elif self.kind == "sliding":
                 done = self._add_sliding(windows, touched, values, t, watermark)
             else:
@@ -245,7 +251,8 @@ class WindowProcessor(StatefulProcessor):
 
     def _add_session(self, key: tuple[Any, ...], windows: Windows,
                      touched: set[tuple[int, int]], row: dict[str, Any], t: int,
-                     watermark: int, out: dict[str, list[Any]]) -> bool:
+                     watermark: int, out: dict[str, list[Any]],
+                     shown: dict[tuple[int, int], dict[str, Any]]) -> bool:
         gap = self.spec.window.size_ms
         # An event exactly a gap after a session (or before it) joins it, as in Spark,
         # Flink and Kafka Streams.
@@ -262,8 +269,8 @@ class WindowProcessor(StatefulProcessor):
             touched.discard(w)
             if w == (start, end):
                 kept_emitted = emitted
-            elif emitted:
-                self._emit(out, key, "retract", aggregates.result(self.aggs, old), w, True)
+            elif emitted:  # emitted: shown as it was before this batch (same bounds)
+                self._emit(out, key, "retract", shown[w], w, True)
             acc = aggregates.merge(self.aggs, acc, old)
         windows[(start, end)] = (acc, kept_emitted)
         touched.add((start, end))

@@ -117,8 +117,8 @@ def windowed(df: DataFrame, *, keys: list[str] | tuple[str, ...], event_time: st
              buckets: int = DEFAULT_BUCKETS) -> DataFrame:
     """Window ``df`` (a stream without a watermark of its own) by event time per ``keys``.
 
-    State lives in ``buckets`` groups (a hash of the keys; see ``processor``, and ``fixed``
-    for tumbling and hopping windows of counts, sums, averages, minima and maxima): every
+    State lives in ``buckets`` groups (a hash of the keys; see ``processor``, and ``columnar``
+    for tumbling, hopping and session windows of counts, sums, averages, minima and maxima): every
     micro-batch costs a few state calls per bucket, not per key, so more buckets mean more
     parallelism across a cluster and smaller state rewrites, fewer mean less overhead per
     batch. A checkpoint stays tied to its ``buckets``.
@@ -127,7 +127,7 @@ def windowed(df: DataFrame, *, keys: list[str] | tuple[str, ...], event_time: st
     ``buckets`` below 1. Needs the RocksDB state store
     (``headrace.streaming.configure(spark)``).
     """
-    from headrace.streaming import fixed
+    from headrace.streaming import columnar
     from headrace.streaming.processor import WindowProcessor
 
     if emit not in ("final", "updates"):
@@ -153,7 +153,8 @@ def windowed(df: DataFrame, *, keys: list[str] | tuple[str, ...], event_time: st
     return (marked.withColumn(EVENT_JSON, event).withColumn(BUCKET, bucket)
             .select(*dict.fromkeys(needed), EVENT_JSON, BUCKET)
             .groupBy(BUCKET).transformWithStateInPandas(
-                fixed.FixedWindowProcessor(spec) if fixed.handles(spec) else WindowProcessor(spec),
+                columnar.ColumnarWindowProcessor(spec) if columnar.handles(spec)
+                else WindowProcessor(spec),
                 output_schema(df, spec), "Append", "EventTime"))
 
 

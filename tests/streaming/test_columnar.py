@@ -1,6 +1,7 @@
-"""The columnar fixed-window processor against the per-event one: fed the same micro-batches
-(events out of order, late ones, nulls; tumbling and hopping windows; allowed lateness;
-both emit modes), both give the same rows, batch for batch, and fire timers alike.
+"""The columnar window processor against the per-event one: fed the same micro-batches
+(events out of order, late ones, nulls; tumbling, hopping and session windows; allowed
+lateness; both emit modes), both give the same rows, batch for batch, and fire timers
+alike.
 
 Spark's own runs of both are the stream-vs-batch oracle and the windowing tests; here a
 stand-in for Spark's state handle (one value, a set of timers, fired as Spark fires them:
@@ -20,8 +21,8 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from headrace.streaming import avg_of, count, hopping, max_of, min_of, sum_of, tumbling
-from headrace.streaming.fixed import FixedWindowProcessor, handles
+from headrace.streaming import avg_of, count, hopping, max_of, min_of, session, sum_of, tumbling
+from headrace.streaming.columnar import ColumnarWindowProcessor, handles
 from headrace.streaming.processor import WindowProcessor
 from headrace.streaming.windows import EVENT_JSON, WindowedSpec
 
@@ -74,15 +75,16 @@ def _rows(frames: Iterator[pd.DataFrame]) -> list[str]:
 
 @settings(max_examples=300, deadline=None)
 @given(st.integers(0, 2**32))
-def test_fixed_windows_equal_the_per_event_processor(seed: int) -> None:
+def test_columnar_windows_equal_the_per_event_processor(seed: int) -> None:
     rng = random.Random(seed)
     window = rng.choice([tumbling(rng.choice([10, 60, 100])), hopping(60, rng.choice([20, 25, 60])),
-                         hopping(100, 30)])
+                         hopping(100, 30), session(rng.choice([5, 20, 50])),
+                         session(rng.choice([5, 20, 50]))])
     spec = WindowedSpec(("k",), "ts", window, (count(), sum_of("x"), avg_of("x"), min_of("x"),
                                                max_of("y")),
                         rng.choice([0, 0, 30, 200]), rng.choice(["final", "updates"]))
     assert handles(spec)
-    processors = [WindowProcessor(spec), FixedWindowProcessor(spec)]
+    processors = [WindowProcessor(spec), ColumnarWindowProcessor(spec)]
     handles_ = [_Handle(), _Handle()]
     for p, h in zip(processors, handles_, strict=True):
         p.init(h)  # type: ignore[arg-type]
@@ -116,11 +118,11 @@ def test_fixed_windows_equal_the_per_event_processor(seed: int) -> None:
 
 
 def test_other_windows_and_aggregates_keep_the_per_event_processor() -> None:
-    from headrace.streaming import approx_distinct, session, sliding
+    from headrace.streaming import approx_distinct, sliding
 
     base = WindowedSpec(("k",), "ts", tumbling(10), (count(),), 0, "final")
     assert handles(base)
-    assert not handles(WindowedSpec(("k",), "ts", session(10), (count(),), 0, "final"))
+    assert handles(WindowedSpec(("k",), "ts", session(10), (count(),), 0, "final"))
     assert not handles(WindowedSpec(("k",), "ts", sliding(10), (count(),), 0, "final"))
     assert not handles(WindowedSpec(("k",), "ts", tumbling(10), (approx_distinct("x"),), 0,
                                     "final"))

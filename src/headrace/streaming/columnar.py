@@ -1,15 +1,22 @@
-"""The columnar processor behind ``windowed`` for tumbling and hopping windows whose
-aggregates are counts, sums, averages, minima and maxima: the common case, worked a bucket
-at a time with pandas instead of an event at a time in Python.
+"""The columnar processor behind ``windowed`` for tumbling, hopping and session windows
+whose aggregates are counts, sums, averages, minima and maxima: the common case, worked a
+bucket at a time with pandas instead of an event at a time in Python.
 
 A bucket's state is one table, a row per (key, window): the key columns, ``start``,
 ``end``, ``emitted`` and each aggregate's partial state (a count; a sum and a count of the
 values summed; a minimum or maximum), pickled as numpy columns. A micro-batch with
 watermark ``W``:
 
-1. assigns every event to its windows; an event none of whose windows takes events any
-   more (``end + allowed_lateness <= W``) is a ``late`` row;
-2. aggregates the rest per (key, window) and merges that into the table;
+1. takes its events into windows. Tumbling and hopping: every event goes to its windows;
+   one none of whose windows takes events any more (``end + allowed_lateness <= W``) is a
+   ``late`` row. Sessions: every event is a window ``[t, t + gap]``; it merges with every
+   session it touches (an event exactly a gap after a session joins it), and is late if
+   the session it would make takes no more events. Events are taken in event-time order,
+   so a late event bridges nothing; whether one is late is decided by replaying, for its
+   key alone, the intervals (never the aggregates) of its key's sessions. The sessions
+   left then come from one interval merge of the table and the accepted events, and a
+   session that was emitted final and grew is retracted;
+2. aggregates per (key, window) and merges that into the table;
 3. emits every window the batch touched that is closed (``end <= W``), as final, or every
    touched window with ``emit="updates"`` (final once closed);
 4. emits, as final, every window the watermark closed that was not emitted yet, then drops
@@ -46,11 +53,11 @@ _NAT = np.iinfo(np.int64).min
 
 def handles(spec: WindowedSpec) -> bool:
     """Whether this processor computes ``spec`` (else ``processor.WindowProcessor`` does)."""
-    return spec.window.kind in ("tumbling", "hopping") and all(a.kind in KINDS
-                                                              for a in spec.aggs)
+    return spec.window.kind in ("tumbling", "hopping", "session") and all(
+        a.kind in KINDS for a in spec.aggs)
 
 
-class FixedWindowProcessor(StatefulProcessor):
+class ColumnarWindowProcessor(StatefulProcessor):
     def __init__(self, spec: WindowedSpec) -> None:
         assert handles(spec)
         self.spec = spec
@@ -70,6 +77,8 @@ class FixedWindowProcessor(StatefulProcessor):
                 self.parts[f"v{i}"] = a.kind
         self.group = [*(f"k{i}" for i in range(len(self.keys))), "start", "end"]
         self.columns = [*self.group, "emitted", *self.parts]
+        self.dtypes = {"start": "int64", "end": "int64", "emitted": bool,
+                       **{c: "int64" if c[0] in "nc" else "float64" for c in self.parts}}
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
@@ -79,7 +88,8 @@ class FixedWindowProcessor(StatefulProcessor):
     def _load(self) -> tuple[bytes | None, pd.DataFrame, int | None]:
         stored = self.bucket.get()
         if stored is None:
-            return None, pd.DataFrame({c: [] for c in self.columns}), None
+            return None, pd.DataFrame({c: np.array([], dtype=self.dtypes.get(c, object))
+                                       for c in self.columns}), None
         columns, timer = pickle.loads(stored[0])
         return stored[0], pd.DataFrame(columns), timer
 
@@ -129,36 +139,31 @@ class FixedWindowProcessor(StatefulProcessor):
             return np.zeros(len(end), dtype=bool)
         return end + self.lateness <= watermark
 
-    def _add(self, events: pd.DataFrame, table: pd.DataFrame, watermark: int,
-             out: list[dict[str, np.ndarray]]) -> tuple[pd.DataFrame, pd.Series]:
+    def _times(self, events: pd.DataFrame) -> np.ndarray:
         times = events[self.spec.event_time]
         if times.isna().any():
             raise StreamingError(f"{self.spec.event_time} is null in an event: every event "
                                  "needs an event time")
-        t = times.to_numpy().astype("datetime64[ms]").astype("int64")
-        # window k of an event starts at last - k * slide, while start > t - size
-        last = t - t % self.slide
-        per_event = -(-self.size // self.slide)
-        starts = np.concatenate([last - k * self.slide for k in range(per_event)])
-        which = np.tile(np.arange(len(t)), per_event)
-        inside = starts > t[which] - self.size
-        live = inside & ~self._expired(starts + self.size, watermark)
-        taken = np.zeros(len(t), dtype=bool)
-        taken[which[live]] = True
-        if not taken.all():
-            late = events.loc[~taken]
-            lt = t[~taken]
+        t: np.ndarray = times.to_numpy().astype("datetime64[ms]").astype("int64")
+        return t
+
+    def _late(self, events: pd.DataFrame, t: np.ndarray, late: np.ndarray, watermark: int,
+              out: list[dict[str, np.ndarray]]) -> None:
+        if late.any():
+            rows = events.loc[late]
+            lt = t[late]
             out.append({"kind": np.full(len(lt), "late", dtype=object),
-                        **{k: late[k].to_numpy() for k in self.keys},
+                        **{k: rows[k].to_numpy() for k in self.keys},
                         "event_time": lt, "lateness_ms": (watermark - lt).astype(object),
-                        "event": late[EVENT_JSON].to_numpy()})
-        which, starts = which[live], starts[live]
-        if not len(which):
-            return table, pd.Series(False, index=table.index)
+                        "event": rows[EVENT_JSON].to_numpy()})
+
+    def _partials(self, events: pd.DataFrame, which: np.ndarray, starts: np.ndarray,
+                  ends: np.ndarray) -> pd.DataFrame:
+        """One table row per (event ``which[i]``, window ``starts[i]``..``ends[i]``)."""
         part: dict[str, Any] = {f"k{i}": events[k].to_numpy()[which]
                                 for i, k in enumerate(self.keys)}
         part["start"] = starts
-        part["end"] = starts + self.size
+        part["end"] = ends
         for i, a in enumerate(self.spec.aggs):
             if a.kind == "count":
                 part[f"n{i}"] = np.ones(len(which), dtype="int64")
@@ -172,8 +177,28 @@ class FixedWindowProcessor(StatefulProcessor):
                 part[f"c{i}"] = present.astype("int64")
             else:
                 part[f"v{i}"] = values
-        batch = pd.DataFrame(part).groupby(self.group, sort=False, dropna=False).agg(
-            self.parts).reset_index()
+        return pd.DataFrame(part)
+
+    def _add(self, events: pd.DataFrame, table: pd.DataFrame, watermark: int,
+             out: list[dict[str, np.ndarray]]) -> tuple[pd.DataFrame, pd.Series]:
+        if self.spec.window.kind == "session":
+            return self._add_sessions(events, table, watermark, out)
+        t = self._times(events)
+        # window k of an event starts at last - k * slide, while start > t - size
+        last = t - t % self.slide
+        per_event = -(-self.size // self.slide)
+        starts = np.concatenate([last - k * self.slide for k in range(per_event)])
+        which = np.tile(np.arange(len(t)), per_event)
+        inside = starts > t[which] - self.size
+        live = inside & ~self._expired(starts + self.size, watermark)
+        taken = np.zeros(len(t), dtype=bool)
+        taken[which[live]] = True
+        self._late(events, t, ~taken, watermark, out)
+        which, starts = which[live], starts[live]
+        if not len(which):
+            return table, pd.Series(False, index=table.index)
+        batch = self._partials(events, which, starts, starts + self.size).groupby(
+            self.group, sort=False, dropna=False).agg(self.parts).reset_index()
         batch["emitted"] = False
         batch["touched"] = True
         merged = batch
@@ -182,6 +207,84 @@ class FixedWindowProcessor(StatefulProcessor):
             merged = (pd.concat([table.assign(touched=False), batch], ignore_index=True)
                       .groupby(self.group, sort=False, dropna=False).agg(how).reset_index())
         touched = merged.pop("touched").astype(bool)
+        return merged[self.columns], touched
+
+    def _session_late(self, events: pd.DataFrame, t: np.ndarray, table: pd.DataFrame,
+                      watermark: int) -> np.ndarray:
+        """Which events (sorted by time) are late: replayed per key, intervals only, for
+        the keys with an event that could be (its own session ``[t, t + gap]`` already
+        past lateness); any other event makes a session that takes events."""
+        gap, late = self.size, np.zeros(len(t), dtype=bool)
+        if watermark < 0:
+            return late
+        maybe = t + gap + self.lateness <= watermark
+        if not maybe.any():
+            return late
+        event_keys = list(zip(*(events[k].tolist() for k in self.keys), strict=True)) \
+            if self.keys else [()] * len(t)
+        suspects = {event_keys[i] for i in np.flatnonzero(maybe)}
+        sessions: dict[tuple[Any, ...], list[tuple[int, int]]] = {k: [] for k in suspects}
+        held = zip(zip(*(table[f"k{i}"].tolist() for i in range(len(self.keys))),
+                       strict=True) if self.keys else [()] * len(table),
+                   table["start"].tolist(), table["end"].tolist(), strict=True)
+        for k, start, end in held:
+            if k in sessions:
+                sessions[k].append((start, end))
+        for i, k in enumerate(event_keys):
+            if k not in sessions:
+                continue
+            ti = int(t[i])
+            joined = [w for w in sessions[k] if w[0] <= ti + gap and ti <= w[1]]
+            start = min([ti, *(w[0] for w in joined)])
+            end = max([ti + gap, *(w[1] for w in joined)])
+            if end + self.lateness <= watermark:
+                late[i] = True
+                continue
+            sessions[k] = [w for w in sessions[k] if w not in joined] + [(start, end)]
+        return late
+
+    def _add_sessions(self, events: pd.DataFrame, table: pd.DataFrame, watermark: int,
+                      out: list[dict[str, np.ndarray]]) -> tuple[pd.DataFrame, pd.Series]:
+        t = self._times(events)
+        order = np.argsort(t, kind="stable")
+        events, t = events.iloc[order].reset_index(drop=True), t[order]
+        late = self._session_late(events, t, table, watermark)
+        self._late(events, t, late, watermark, out)
+        which = np.flatnonzero(~late)
+        if not len(which):
+            return table, pd.Series(False, index=table.index)
+        batch = self._partials(events, which, t[which], t[which] + self.size)
+        batch["emitted"] = False
+        rows = pd.concat([table.assign(event=False), batch.assign(event=True)],
+                         ignore_index=True)
+        keys = [f"k{i}" for i in range(len(self.keys))]
+        rows = rows.sort_values([*keys, "start"], kind="stable", na_position="last",
+                                ignore_index=True)
+        start = rows["start"].to_numpy(dtype="int64")
+        end = rows["end"].to_numpy(dtype="int64")
+        kid = (rows.groupby(keys, sort=False, dropna=False).ngroup().to_numpy() if keys
+               else np.zeros(len(rows), dtype="int64"))
+        # a new session where the key changes or a window starts after all before it end
+        reach = pd.Series(end).groupby(kid).cummax().to_numpy()
+        first = np.r_[True, kid[1:] != kid[:-1]]
+        sid = np.cumsum(first | (start > np.r_[np.iinfo(np.int64).min, reach[:-1]])) - 1
+        rows["sid"] = sid
+        how: dict[str, Any] = {"start": "min", "end": "max", **self.parts, "event": "any"}
+        merged = rows.groupby("sid", sort=True).agg(how).reset_index(drop=True)
+        firsts = np.flatnonzero(np.r_[True, sid[1:] != sid[:-1]])
+        for k in keys:  # by position: a null key stays None
+            merged[k] = rows[k].to_numpy()[firsts]
+        # an emitted session keeps its flag while its bounds stay; one that grew is retracted
+        same = ((start == merged["start"].to_numpy()[sid])
+                & (end == merged["end"].to_numpy()[sid]))
+        emitted = rows["emitted"].to_numpy(dtype=bool)
+        grew = emitted & ~same
+        if grew.any():
+            out.append(self._results(rows[grew], np.ones(int(grew.sum()), dtype=bool),
+                                     "retract"))
+        merged["emitted"] = np.bincount(sid, weights=emitted & same,
+                                        minlength=len(merged)) > 0
+        touched = merged.pop("event").astype(bool)
         return merged[self.columns], touched
 
     def _settle(self, table: pd.DataFrame, touched: pd.Series, watermark: int,
@@ -210,8 +313,9 @@ class FixedWindowProcessor(StatefulProcessor):
         return int(due.min()) if len(due) else None
 
     # -- output ----------------------------------------------------------------------------
-    def _results(self, rows: pd.DataFrame, final: np.ndarray) -> dict[str, np.ndarray]:
-        data: dict[str, np.ndarray] = {"kind": np.full(len(rows), "result", dtype=object)}
+    def _results(self, rows: pd.DataFrame, final: np.ndarray,
+                 kind: str = "result") -> dict[str, np.ndarray]:
+        data: dict[str, np.ndarray] = {"kind": np.full(len(rows), kind, dtype=object)}
         for i, k in enumerate(self.keys):
             data[k] = rows[f"k{i}"].to_numpy()
         data["window_start"] = rows["start"].to_numpy(dtype="int64")
@@ -245,10 +349,12 @@ class FixedWindowProcessor(StatefulProcessor):
                                                             dtype="int64")) for part in out])
                 data[name] = pd.Series(ms.astype("datetime64[ms]")).dt.tz_localize("UTC")
             else:
-                data[name] = pd.Series(np.concatenate(
+                column = np.concatenate(
                     [part[name].astype(object) if name in part
-                     else np.full(len(part["kind"]), None, dtype=object) for part in out]),
-                    dtype=object)
+                     else np.full(len(part["kind"]), None, dtype=object) for part in out])
+                if name in self.keys:  # a null key comes out of a group-by as NaN
+                    column[pd.isna(column)] = None
+                data[name] = pd.Series(column, dtype=object)
         return iter([pd.DataFrame(data)])
 
 

@@ -1,6 +1,8 @@
 """State per bucket of keys, shared by the toolkit's stateful processors (``windowed``, the
 stream-table joins, the fraud detector): one ValueState holding a pickled ``(keys, timer)``
-pair per bucket, and the bucket's one event-time timer.
+pair per bucket (``keys``: a map from key to its state, or, for the columnar window
+processor, from column name to a numpy column of its table), and the bucket's one
+event-time timer.
 
 Python transformWithState pays a JVM round trip per state call; one value and one timer
 per bucket keep that to a few calls per bucket and micro-batch, whatever the keys.

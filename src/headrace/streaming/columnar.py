@@ -30,7 +30,6 @@ rows within a batch differs. Null and NaN aggregate inputs are skipped, as SQL s
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Iterator
 from typing import Any
 
@@ -86,26 +85,15 @@ class ColumnarWindowProcessor(StatefulProcessor):
 
     # -- state ---------------------------------------------------------------------------
     def _load(self) -> tuple[bytes | None, pd.DataFrame, int | None]:
-        stored = self.bucket.get()
-        if stored is None:
-            return None, pd.DataFrame({c: np.array([], dtype=self.dtypes.get(c, object))
-                                       for c in self.columns}), None
-        columns, timer = pickle.loads(stored[0])
-        return stored[0], pd.DataFrame(columns), timer
+        before, columns, timer = buckets.load(self.bucket)
+        if not columns:
+            columns = {c: np.array([], dtype=self.dtypes.get(c, object)) for c in self.columns}
+        return before, pd.DataFrame(columns), timer
 
     def _store(self, before: bytes | None, table: pd.DataFrame, registered: int | None,
                wanted: int | None) -> None:
-        if registered != wanted:
-            if registered is not None:
-                self.handle.deleteTimer(registered)
-            if wanted is not None:
-                self.handle.registerTimer(wanted)
-        if table.empty:
-            if before is not None:
-                self.bucket.clear()
-            return
-        columns = {c: table[c].to_numpy() for c in self.columns}
-        self.bucket.update((pickle.dumps((columns, wanted), protocol=pickle.HIGHEST_PROTOCOL),))
+        columns = {} if table.empty else {c: table[c].to_numpy() for c in self.columns}
+        buckets.store(self.handle, self.bucket, before, columns, registered, wanted)
 
     # -- Spark's calls ---------------------------------------------------------------------
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],

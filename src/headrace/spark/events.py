@@ -280,7 +280,7 @@ def _struct(kind: StructType) -> Callable[[Any], Any]:
 _COLUMNAR_TYPES = {StringType: pa.string(), LongType: pa.int64(), IntegerType: pa.int64(),
                    ShortType: pa.int64(), ByteType: pa.int64(), DoubleType: pa.float64(),
                    BooleanType: pa.bool_()}
-# Epoch milliseconds that ``datetime.fromtimestamp`` turns into a year 1..9999 timestamp.
+# Epoch milliseconds that ``_timestamp`` (the row path) takes: years 1 to 9999.
 _MS_RANGE = (-62135596800000, 253402300799999)
 _KAFKA_FIELDS = (("key", "kafka_key"), ("topic", "kafka_topic"), ("partition", "kafka_partition"),
                  ("offset", "kafka_offset"), ("timestamp", "kafka_timestamp"))
@@ -334,7 +334,7 @@ class EventParser:
             return None
         try:
             text = values.cast(pa.string())  # checks UTF-8
-        except pa.ArrowInvalid:
+        except pa.ArrowException:
             return None
         # One line per record, each exactly one document: no line breaks inside a value, no
         # value that is only whitespace (Arrow skips blank lines), the same number of rows.
@@ -351,7 +351,7 @@ class EventParser:
                 parse_options=pa_json.ParseOptions(explicit_schema=schema,
                                                    unexpected_field_behavior="ignore",
                                                    newlines_in_values=False))
-        except pa.ArrowInvalid:
+        except pa.ArrowException:
             return None
         if table.num_rows != raw.num_rows or any(table.column(n).null_count
                                                  for n in self.required):
@@ -365,7 +365,7 @@ class EventParser:
             columns[dst] = raw.column(src)
         try:
             arrays = [_array(columns[f.name]).cast(f.type) for f in self.out_schema]
-        except pa.ArrowInvalid:  # an integer out of a narrower type's range
+        except pa.ArrowException:  # an integer out of a narrower type's range
             return None
         return pa.RecordBatch.from_arrays(arrays, schema=self.out_schema)
 

@@ -263,8 +263,22 @@ def deleted_topic(c: RawClient, bootstrap: str, topic: str) -> Any:
 
 def record_too_large(c: RawClient, bootstrap: str, topic: str) -> Any:
     assert alter_configs(c, topic, {"max.message.bytes": "1000"}) == 0
-    return {"too_large": produce(c, topic, build_batch([(b"k", b"x" * 2000)])),
-            "fits": produce(c, topic, build_batch([(b"k", b"x" * 100)]))}
+    # Apache Kafka acknowledges AlterConfigs once its controller has the change and applies
+    # it to the partition a moment later: until then the large batch is appended. Produce
+    # it until it is refused, and count the appends, so the offsets compare either way.
+    appended = 0
+
+    def refused() -> tuple[int, int] | None:
+        nonlocal appended
+        answer = produce(c, topic, build_batch([(b"k", b"x" * 2000)]))
+        if answer[0] == 0:
+            appended += 1
+            return None
+        return answer
+
+    too_large = poll_until("max.message.bytes applied", refused, timeout=20)
+    error, offset = produce(c, topic, build_batch([(b"k", b"x" * 100)]))
+    return {"too_large": too_large, "fits": (error, offset - appended)}
 
 
 def corrupt_crc(c: RawClient, bootstrap: str, topic: str) -> Any:

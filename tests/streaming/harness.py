@@ -24,6 +24,11 @@ MINUTE = 60_000
 T0 = 1_700_000_000_000 - 1_700_000_000_000 % (60 * MINUTE)  # an hour boundary
 
 
+# A failure of Spark's Python worker start-up, not of the query: worth one restart.
+TRANSIENT = "Python worker failed to connect back"
+TRANSIENT_RESTARTS = 1
+
+
 def state_by_key(spark: SparkSession, checkpoint: Path) -> dict[Any, Any]:
     """What a toolkit operator holds per key as of its last batch, read with Spark's state
     reader: every bucket's pickled key map, merged."""
@@ -83,17 +88,28 @@ class StepRunner:
             if evs:
                 produce(self.broker.bootstrap_servers, self.topics[name],
                         [(str(e.get(key, "")).encode(), json.dumps(e).encode()) for e in evs])
-        out: list[dict[str, Any]] = []
+        # Keyed by batch id: a batch run again after a restart replaces its first output,
+        # as an idempotent sink would.
+        by_batch: dict[int, list[dict[str, Any]]] = {}
 
-        def collect(batch: DataFrame, _: int) -> None:
-            out.extend(r.asDict(recursive=True) for r in batch.collect())
+        def collect(batch: DataFrame, batch_id: int) -> None:
+            by_batch[batch_id] = [r.asDict(recursive=True) for r in batch.collect()]
 
-        df = self.build(self.sources["_"] if self.single else self.sources)
-        q = df.writeStream.foreachBatch(collect) \
-            .option("checkpointLocation", str(self.checkpoint)) \
-            .trigger(availableNow=True).start()
-        q.awaitTermination(180)
-        assert q.exception() is None, q.exception()
-        self.progress.extend(q.recentProgress)
+        for attempt in range(TRANSIENT_RESTARTS + 1):
+            df = self.build(self.sources["_"] if self.single else self.sources)
+            q = df.writeStream.foreachBatch(collect) \
+                .option("checkpointLocation", str(self.checkpoint)) \
+                .trigger(availableNow=True).start()
+            q.awaitTermination(180)
+            self.progress.extend(q.recentProgress)
+            error = q.exception()
+            if error is None or attempt == TRANSIENT_RESTARTS or TRANSIENT not in str(error):
+                break
+            # Spark gives a new Python worker a fixed 10 s to connect back, which a loaded
+            # 2-core machine can miss; the query restarts from its checkpoint, as a
+            # supervisor would restart it.
+            print(f"restarting the query after a transient failure: {TRANSIENT}")
+        assert error is None, error
+        out = [row for _, rows in sorted(by_batch.items()) for row in rows]
         self.emitted.extend(out)
         return out

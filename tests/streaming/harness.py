@@ -30,12 +30,14 @@ TRANSIENT_RESTARTS = 1
 
 
 def state_by_key(spark: SparkSession, checkpoint: Path) -> dict[Any, Any]:
-    """What a toolkit operator holds per key as of its last batch, read with Spark's state
-    reader: every bucket's pickled key map, merged."""
+    """What a stream-table join holds per key as of its last batch, read with Spark's state
+    reader: every bucket's pickled key map (keyed by the join key's JSON text), merged, by
+    the tuple of the key's values."""
     held: dict[Any, Any] = {}
     for b in spark.read.format("statestore").option("stateVarName", "bucket") \
             .load(str(checkpoint)).collect():
-        held.update(pickle.loads(b.value.keys)[0])
+        for key, state in pickle.loads(b.value.keys)[0].items():
+            held[tuple(json.loads(key).values())] = state
     return held
 
 

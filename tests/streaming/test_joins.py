@@ -3,13 +3,16 @@ table-table updates, and interval joins (when outer rows come out)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
+from headrace.streaming.errors import SpecError
 from headrace.streaming.joins import interval_join, latest_join, table_join, temporal_join
 from headrace.streaming.timeutil import to_ms
 from headrace.testing import EmbeddedBroker
@@ -63,6 +66,46 @@ def test_latest_join(spark: SparkSession, broker: EmbeddedBroker, topic_name: st
                      "events": [{"k": "a", "ts": at(3), "n": 2}, {"k": "b", "ts": at(3), "n": 3}]})
     assert sorted((r["k"], r["left"]["n"], r["right"] and r["right"]["price"]) for r in out) == [
         ("a", 2, 2.0), ("b", 3, None)]
+
+
+def test_latest_join_carries_every_field_exactly(spark: SparkSession, broker: EmbeddedBroker,
+                                                 topic_name: str, tmp_path: Path) -> None:
+    """Rows cross the join as JSON text: longs past 2^53, microseconds, decimals, NaN,
+    binary, arrays, maps and nested structs come out as they went in."""
+    def rich(df: DataFrame) -> DataFrame:
+        return df.select(
+            "k", (F.col("n") + F.lit(2**53 + 1)).alias("big"),
+            F.timestamp_micros(F.col("ts") * 1000 + 7).alias("at"),
+            F.lit("12345678901234567890.123456789012345678").cast("decimal(38,18)").alias("dec"),
+            F.lit(float("nan")).alias("nan"), F.encode(F.col("k"), "utf-8").alias("raw"),
+            F.array(F.col("n"), F.lit(None).cast("long")).alias("list"),
+            F.create_map(F.lit("n"), F.col("n")).alias("attrs"),
+            F.struct(F.col("k").alias("inner"),
+                     F.array(F.struct(F.col("n").alias("x"))).alias("items")).alias("nested"))
+
+    steps = stream_table_steps(spark, broker, topic_name, tmp_path,
+        lambda s: latest_join(rich(s["events"]), s["table"].select("k", "price", "event_time"),
+                              on=["k"]))
+    out = steps.run({"table": [{"k": "é\u2028\"x", "ts": at(0), "price": -0.0}],
+                     "events": [{"k": "é\u2028\"x", "ts": at(1), "n": 1}]})
+    assert len(out) == 1
+    left, right = out[0]["left"], out[0]["right"]
+    assert out[0]["k"] == left["k"] == "é\u2028\"x"
+    assert left["big"] == 2**53 + 2
+    assert to_ms(left["at"]) == at(1) and left["at"].microsecond % 1000 == 7
+    assert str(left["dec"]) == "12345678901234567890.123456789012345678"
+    assert math.isnan(left["nan"])
+    assert bytes(left["raw"]) == "é\u2028\"x".encode()
+    assert left["list"] == [1, None] and left["attrs"] == {"n": 1}
+    assert left["nested"] == {"inner": "é\u2028\"x", "items": [{"x": 1}]}
+    assert math.copysign(1.0, right["price"]) == -1.0 and to_ms(right["event_time"]) == at(0)
+
+
+def test_joins_refuse_maps_json_cannot_carry(spark: SparkSession) -> None:
+    events = spark.createDataFrame([("a", {1: "x"})], "k string, m map<int,string>")
+    table = spark.createDataFrame([("a", 1.0)], "k string, price double")
+    with pytest.raises(SpecError, match="left stream's m is a map with int keys"):
+        latest_join(events, table, on=["k"])
 
 
 def test_temporal_join_with_out_of_order_versions(spark: SparkSession, broker: EmbeddedBroker,

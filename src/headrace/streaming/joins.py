@@ -38,6 +38,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import pandas as pd
 from pyspark.sql import Column, DataFrame, Row
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import (
@@ -47,7 +48,11 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 from pyspark.sql.types import (
+    ArrayType,
     BooleanType,
+    DataType,
+    LongType,
+    MapType,
     StringType,
     StructField,
     StructType,
@@ -56,7 +61,7 @@ from pyspark.sql.types import (
 
 from headrace.streaming import buckets
 from headrace.streaming.errors import SpecError
-from headrace.streaming.timeutil import duration_ms, from_ms
+from headrace.streaming.timeutil import duration_ms
 from headrace.streaming.windows import BUCKET, DEFAULT_BUCKETS, with_spark_watermark
 
 _ONE_STRING = StructType([StructField("v", StringType())])
@@ -100,52 +105,81 @@ class _JoinSpec:
     left_pk: str | None = None
 
 
+# Columns of the union the join processor reads (not "__..." names: transformWithStateInPandas
+# renames those) and writes. Each side's row travels as JSON text, made and parsed by Spark.
+_KEY = "headrace__key"  # the join key as JSON: equal keys, equal text
+_T = "headrace__t"  # event time / valid_from in ms (0 for latest and table modes)
+_SIDE = "headrace__side"  # L or R
+_LEFT = "headrace__left"
+_RIGHT = "headrace__right"
+_PK = "headrace__pk"  # table mode: the left row's primary key as JSON
+_LEFT_OP = "headrace__op"  # table mode: _UPSERT or _MOVED_AWAY
+_VALID_FROM = "headrace__valid_from"
+_INPUT = (_KEY, _T, _SIDE, _LEFT, _RIGHT, _PK, _LEFT_OP)
+# Lossless both ways for every type Spark's JSON functions take (timestamps to the µs).
+_JSON = {"ignoreNullFields": "false", "timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
+         "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"}
+
+
+def _as_json(columns: list[str]) -> Column:
+    return F.to_json(F.struct(*[F.col(c) for c in columns]), _JSON)
+
+
+def _check_json_safe(side: str, schema: StructType) -> None:
+    """from_json reads maps with string keys only; say so before the query starts."""
+    def walk(t: DataType, path: str) -> None:
+        if isinstance(t, MapType):
+            if not isinstance(t.keyType, StringType):
+                raise SpecError(f"the {side} stream's {path} is a map with "
+                                f"{t.keyType.simpleString()} keys; the stream-table joins "
+                                "carry maps with string keys only (cast the keys)")
+            walk(t.valueType, path)
+        elif isinstance(t, ArrayType):
+            walk(t.elementType, path)
+        elif isinstance(t, StructType):
+            for f in t.fields:
+                walk(f.dataType, f"{path}.{f.name}" if path else f.name)
+    walk(schema, "")
+
+
 def _tagged(df: DataFrame, side: str, key: list[str], time_col: str | None,
-            other: DataFrame) -> DataFrame:
-    """One side of a union: join key, time (ms), side tag, and both sides' structs (the
-    other side's null), so the two streams share one schema."""
-    own = F.struct(*[F.col(c) for c in df.columns])
-    none = F.lit(None).cast(StructType(list(other.schema.fields)))
+            pk: str | None) -> DataFrame:
+    """One side of the union: the join key columns (for the bucket), then ``_INPUT``."""
     t = (F.col(time_col).cast("double") * 1000).cast("long") if time_col else F.lit(0)
-    cols = [F.col(k) for k in key] + [t.alias("__t"), F.lit(side).alias("__side")]
-    if side == "L":
-        return df.select(*cols, own.alias("__left"), none.alias("__right"))
-    return df.select(*cols, none.alias("__left"), own.alias("__right"))
-
-
-def _row_dict(struct: Any) -> dict[str, Any]:
-    """A struct value of an input row (a Row or, from transformWithState, a dict)."""
-    if struct is None:
-        return {}
-    return dict(struct) if isinstance(struct, dict) else struct.asDict(recursive=True)
-
-
-def _dumps(d: Any) -> str:
-    return json.dumps(d, default=lambda v: v.isoformat() if hasattr(v, "isoformat") else str(v))
+    none = F.lit(None).cast("string")
+    own = _as_json([c for c in df.columns if c != _OP])
+    if side == "L" and pk is not None:
+        pk_col, op = _as_json([pk]), F.col(_OP)
+    else:
+        pk_col, op = none, none
+    return df.select(*[F.col(k) for k in key], _as_json(key).alias(_KEY), t.alias(_T),
+                     F.lit(side).alias(_SIDE), (own if side == "L" else none).alias(_LEFT),
+                     (own if side == "R" else none).alias(_RIGHT), pk_col.alias(_PK),
+                     op.alias(_LEFT_OP))
 
 
 class _JoinProcessor(StatefulProcessor):
-    """The stream-table joins, grouped by a bucket of join keys (``windows.BUCKET``): one
-    pickled value per bucket holds every key's state, so a micro-batch costs a few state
-    round trips per bucket, not per key. Per key: ``table`` (the latest row: latest and
-    table modes), ``versions`` (valid_from -> row) and ``pending`` (event time -> held
-    events: temporal), ``first`` (the smallest valid_from ever stored: temporal), ``left``
-    (left primary key -> row: table mode) and ``timers``, the event-time timers a per-key
-    processor would hold (temporal). The bucket registers one real timer, the earliest of
-    its keys'; each micro-batch fires the keys' timers Spark would fire (the watermark at or past
-    them), so the output is the one per-key state and timers would give."""
+    """The stream-table joins, grouped by a bucket of join keys (``windows.BUCKET``), on the
+    pandas flavour of transformWithState: rows arrive as columns of JSON text and come out
+    as such, so no Python object is built per field. One pickled value per bucket holds
+    every key's state, so a micro-batch costs a few state round trips per bucket, not per
+    key. Per key (its JSON text): ``table`` (the latest row: latest and table modes),
+    ``versions`` (valid_from -> row) and ``pending`` (event time -> held events: temporal),
+    ``first`` (the smallest valid_from ever stored: temporal), ``left`` (left primary key
+    -> row: table mode) and ``timers``, the event-time timers a per-key processor would
+    hold (temporal). The bucket registers one real timer, the earliest of its keys'; each
+    micro-batch fires the keys' timers Spark would fire (the watermark at or past them), so
+    the output is the one per-key state and timers would give. Output rows: (left, right,
+    valid_from ms, late)."""
 
-    def __init__(self, spec: _JoinSpec, schemas: tuple[str, str]) -> None:
+    def __init__(self, spec: _JoinSpec) -> None:
         self.spec = spec
-        self.schemas = schemas
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
         self.bucket = handle.getValueState("bucket", buckets.VALUE_SCHEMA)
-        self.left_schema = StructType.fromJson(json.loads(self.schemas[0]))
-        self.right_schema = StructType.fromJson(json.loads(self.schemas[1]))
 
-    def _store(self, before: bytes | None, keys: dict[tuple[Any, ...], dict[str, Any]],
+    def _store(self, before: bytes | None, keys: dict[str, dict[str, Any]],
                registered: int | None) -> None:
         """Write the bucket back, without the keys left with nothing (no table row,
         version, held event or timer), and keep its one timer at its keys' earliest."""
@@ -155,79 +189,87 @@ class _JoinProcessor(StatefulProcessor):
                      default=None)
         buckets.store(self.handle, self.bucket, before, keys, registered, wanted)
 
-    def _out(self, key: tuple[Any, ...], left: dict[str, Any] | None,
-             right: dict[str, Any] | None, **extra: Any) -> Row:
-        data = dict(zip(self.spec.key, key, strict=True))
-        data["left"] = _revive(left, self.left_schema)
-        data["right"] = _revive(right, self.right_schema)
-        data.update(extra)
-        return Row(**data)
-
-    def handleInputRows(self, key: Any, rows: Iterator[Row],
-                        timerValues: TimerValues) -> Iterator[Row]:
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
+                        timerValues: TimerValues) -> Iterator[pd.DataFrame]:
         before, keys, timer = buckets.load(self.bucket)
-        by_key: dict[tuple[Any, ...], list[Row]] = {}
-        for r in rows:
-            by_key.setdefault(tuple(r[k] for k in self.spec.key), []).append(r)
+        by_key: dict[str, tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]] = {}
+        for frame in rows:
+            for k, t, side, left, right, pk, op in zip(
+                    *(frame[c].to_numpy() for c in _INPUT), strict=True):
+                tables, events = by_key.setdefault(k, ([], []))
+                if side == "R":
+                    tables.append((int(t), right))
+                else:
+                    events.append((int(t), left, pk, op))
         watermark = timerValues.getCurrentWatermarkInMs()
-        out: list[Row] = []
-        for k, batch in by_key.items():
+        out: list[tuple[Any, ...]] = []
+        for k, (tables, events) in by_key.items():
             ks = keys.setdefault(k, {})
-            tables = sorted((r for r in batch if r["__side"] == "R"), key=lambda r: r["__t"])
-            events = sorted((r for r in batch if r["__side"] == "L"), key=lambda r: r["__t"])
+            # stable: arrival order within one time (all of it in latest and table modes)
+            tables.sort(key=lambda r: r[0])
+            events.sort(key=lambda r: r[0])
             if self.spec.mode == "latest":
-                out.extend(self._latest(k, ks, tables, events))
+                self._latest(ks, tables, events, out)
             elif self.spec.mode == "temporal":
-                out.extend(self._temporal(k, ks, tables, events, watermark))
+                self._temporal(ks, tables, events, watermark, out)
             else:
-                out.extend(self._table(k, ks, tables, events))
+                self._table(ks, tables, events, out)
         if self.spec.mode == "temporal":
             self._fire_due(keys, watermark, out)
         self._store(before, keys, timer)
-        return iter(out)
+        return self._frames(out)
 
     def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
-                           expiredTimerInfo: ExpiredTimerInfo) -> Iterator[Row]:
+                           expiredTimerInfo: ExpiredTimerInfo) -> Iterator[pd.DataFrame]:
         before, keys, _ = buckets.load(self.bucket)
-        out: list[Row] = []
+        out: list[tuple[Any, ...]] = []
         self._fire_due(keys, timerValues.getCurrentWatermarkInMs(), out)
         # The timer that fired was the bucket's only one, and it is gone.
         self._store(before, keys, None)
-        return iter(out)
+        return self._frames(out)
 
-    def _latest(self, key: tuple[Any, ...], ks: dict[str, Any], tables: list[Row],
-                events: list[Row]) -> list[Row]:
-        for r in tables:
-            ks["table"] = _row_dict(r["__right"])
+    def _frames(self, out: list[tuple[Any, ...]]) -> Iterator[pd.DataFrame]:
+        if not out:
+            return iter(())
+        left, right, valid_from, late = zip(*out, strict=True)
+        data: dict[str, Any] = {_LEFT: list(left), _RIGHT: list(right)}
+        if self.spec.mode == "temporal":
+            data[_VALID_FROM] = pd.Series(valid_from, dtype=object)
+            data["late"] = pd.Series(late, dtype=object)
+        return iter([pd.DataFrame(data)])
+
+    @staticmethod
+    def _latest(ks: dict[str, Any], tables: list[tuple[Any, ...]],
+                events: list[tuple[Any, ...]], out: list[tuple[Any, ...]]) -> None:
+        if tables:
+            ks["table"] = tables[-1][1]
         current = ks.get("table")
-        return [self._out(key, _row_dict(e["__left"]), current) for e in events]
+        out.extend((e[1], current, None, None) for e in events)
 
-    def _temporal(self, key: tuple[Any, ...], ks: dict[str, Any], tables: list[Row],
-                  events: list[Row], watermark: int) -> list[Row]:
+    def _temporal(self, ks: dict[str, Any], tables: list[tuple[Any, ...]],
+                  events: list[tuple[Any, ...]], watermark: int,
+                  out: list[tuple[Any, ...]]) -> None:
         versions = ks.setdefault("versions", {})
         pending = ks.setdefault("pending", {})
         timers = ks.setdefault("timers", set())
-        for r in tables:
-            versions[r["__t"]] = _row_dict(r["__right"])
+        for t, right in tables:
+            versions[t] = right
         if tables:
-            first = min(r["__t"] for r in tables)
+            first = tables[0][0]
             if ks.get("first") is None or first < ks["first"]:
                 ks["first"] = first
             # Once the watermark passes the newest version, the older ones are evicted
             # (_expire), also for keys that never see an event.
-            timers.add(max(r["__t"] for r in tables))
-        out: list[Row] = []
-        for e in events:
-            t = e["__t"]
+            timers.add(tables[-1][0])
+        for t, left, _, _ in events:
             if watermark >= 0 and t <= watermark:
-                out.append(self._versioned(key, ks, _row_dict(e["__left"]), t, late=True))
+                out.append(self._versioned(ks, left, t, late=True))
                 continue
-            pending.setdefault(t, []).append(_row_dict(e["__left"]))
+            pending.setdefault(t, []).append(left)
             timers.add(t)
-        return out
 
-    def _versioned(self, key: tuple[Any, ...], ks: dict[str, Any], event: dict[str, Any],
-                   t: int, late: bool) -> Row:
+    @staticmethod
+    def _versioned(ks: dict[str, Any], event: str, t: int, late: bool) -> tuple[Any, ...]:
         held = ks["versions"]
         valid = [v for v in held if v <= t]
         first = ks.get("first")
@@ -236,25 +278,24 @@ class _JoinProcessor(StatefulProcessor):
         elif late and held and first is not None and first <= t:
             since = min(held)  # the version valid at t was evicted: the oldest one held
         else:
-            return self._out(key, event, None, valid_from=None, late=late)
-        return self._out(key, event, held[since], valid_from=from_ms(since), late=late)
+            return event, None, None, late
+        return event, held[since], since, late
 
-    def _fire_due(self, keys: dict[tuple[Any, ...], dict[str, Any]], watermark: int,
-                  out: list[Row]) -> None:
+    def _fire_due(self, keys: dict[str, dict[str, Any]], watermark: int,
+                  out: list[tuple[Any, ...]]) -> None:
         """Fire, for each key, the timers Spark would fire now (at or below the watermark)."""
-        for k, ks in keys.items():
+        for ks in keys.values():
             timers = ks.get("timers")
             if timers and min(timers) <= watermark:
                 ks["timers"] = {t for t in timers if t > watermark}
-                out.extend(self._expire(k, ks, watermark))
+                self._expire(ks, watermark, out)
 
-    def _expire(self, key: tuple[Any, ...], ks: dict[str, Any], watermark: int) -> list[Row]:
+    def _expire(self, ks: dict[str, Any], watermark: int, out: list[tuple[Any, ...]]) -> None:
         """A temporal key's timer fired: join the held events the watermark has reached."""
-        out: list[Row] = []
         pending = ks["pending"]
         for t in sorted(pending):
             if t <= watermark:
-                out.extend(self._versioned(key, ks, ev, t, late=False) for ev in pending.pop(t))
+                out.extend(self._versioned(ks, ev, t, late=False) for ev in pending.pop(t))
         # Versions no on-time event can reach any more: all but the newest one at or before
         # the watermark (later events are after the watermark; late ones join the version
         # valid at their time if held, else the oldest held: see the module docstring).
@@ -262,29 +303,29 @@ class _JoinProcessor(StatefulProcessor):
         older = sorted(v for v in versions if v <= watermark)
         for since in older[:-1]:
             del versions[since]
-        return out
 
-    def _table(self, key: tuple[Any, ...], ks: dict[str, Any], tables: list[Row],
-               events: list[Row]) -> list[Row]:
-        pk = self.spec.left_pk
-        assert pk is not None
-        lefts: dict[str, dict[str, Any]] = ks.setdefault("left", {})
-        for r in tables:
-            ks["table"] = _row_dict(r["__right"])
-        touched: dict[str, dict[str, Any]] = {}
-        for e in events:
-            left = _row_dict(e["__left"])
-            op = left.pop(_OP, _UPSERT)
+    @staticmethod
+    def _table(ks: dict[str, Any], tables: list[tuple[Any, ...]],
+               events: list[tuple[Any, ...]], out: list[tuple[Any, ...]]) -> None:
+        lefts: dict[str, str] = ks.setdefault("left", {})
+        if tables:
+            ks["table"] = tables[-1][1]
+        touched: dict[str, str] = {}
+        for _, left, pk, op in events:
             if op == _MOVED_AWAY:  # re-keyed to another join key: that key emits it
-                lefts.pop(str(left[pk]), None)
-                touched.pop(str(left[pk]), None)
+                lefts.pop(pk, None)
+                touched.pop(pk, None)
                 continue
-            lefts[str(left[pk])] = left
-            touched[str(left[pk])] = left
+            lefts[pk] = left
+            touched[pk] = left
         if tables:
             touched = dict(lefts)
         current = ks.get("table")
-        return [self._out(key, left, current) for left in touched.values()]
+        out.extend((left, current, None, None) for left in touched.values())
+
+
+def _dumps(d: Any) -> str:
+    return json.dumps(d, default=lambda v: v.isoformat() if hasattr(v, "isoformat") else str(v))
 
 
 class _ForeignKeyTracker(StatefulProcessor):
@@ -324,26 +365,6 @@ def _track_foreign_keys(left: DataFrame, on: list[str], left_key: str) -> DataFr
         _ForeignKeyTracker(tuple(on)), schema, "Append", "None")
 
 
-def _loads(value: tuple[Any, ...] | None) -> Any:
-    assert value is not None
-    return json.loads(value[0])
-
-
-def _revive(d: dict[str, Any] | None, schema: StructType) -> Any:
-    """A JSON-decoded row back into Spark's types (timestamps were ISO strings)."""
-    if d is None:
-        return None
-    out: dict[str, Any] = {}
-    for f in schema.fields:
-        v = d.get(f.name)
-        if isinstance(v, str) and f.dataType.typeName() in ("timestamp", "timestamp_ntz"):
-            v = dt.datetime.fromisoformat(v)
-        elif isinstance(v, str) and f.dataType.typeName() == "date":
-            v = dt.date.fromisoformat(v)
-        out[f.name] = v
-    return Row(**out)
-
-
 def _join(left: DataFrame, right: DataFrame, spec: _JoinSpec, left_time: str | None,
           right_time: str | None, watermark: str | int | dt.timedelta | None,
           extra: list[StructField], buckets: int) -> DataFrame:
@@ -354,23 +375,30 @@ def _join(left: DataFrame, right: DataFrame, spec: _JoinSpec, left_time: str | N
         missing = [k for k in key if k not in df.columns]
         if missing:
             raise SpecError(f"join key {missing} is not in the {side} stream")
-    union = _tagged(left, "L", key, left_time, right).unionByName(
-        _tagged(right, "R", key, right_time, left))
     # the left struct as the user sees it (without table_join's internal change marker)
     left_schema = StructType([f for f in left.schema.fields if f.name != _OP])
-    schema = StructType([left.schema[k] for k in key]
-                        + [StructField("left", left_schema),
-                           StructField("right", StructType(list(right.schema.fields)))]
-                        + extra)
-    processor = _JoinProcessor(spec, (left_schema.json(), right.schema.json()))
-    bucket = F.pmod(F.xxhash64(*key), F.lit(buckets))
-    if watermark is None:
-        return union.withColumn(BUCKET, bucket).groupBy(BUCKET).transformWithState(
-            processor, schema, "Append", "None")
-    marked = union.withColumn("__wm", F.timestamp_millis(F.col("__t")))
-    marked = with_spark_watermark(marked, "__wm", watermark).drop("__wm")
-    return marked.withColumn(BUCKET, bucket).groupBy(BUCKET).transformWithState(
-        processor, schema, "Append", "EventTime")
+    right_schema = StructType(list(right.schema.fields))
+    _check_json_safe("left", left_schema)
+    _check_json_safe("right", right_schema)
+    union = _tagged(left, "L", key, left_time, spec.left_pk).unionByName(
+        _tagged(right, "R", key, right_time, None))
+    schema = StructType([StructField(_LEFT, StringType()), StructField(_RIGHT, StringType())])
+    if spec.mode == "temporal":
+        schema = schema.add(_VALID_FROM, LongType()).add("late", BooleanType())
+    union = union.withColumn(BUCKET, F.pmod(F.xxhash64(*key), F.lit(buckets)))
+    time_mode = "None"
+    if watermark is not None:
+        union = with_spark_watermark(union.withColumn("__wm", F.timestamp_millis(F.col(_T))),
+                                     "__wm", watermark).drop("__wm")
+        time_mode = "EventTime"
+    joined = union.select(*_INPUT, BUCKET).groupBy(BUCKET).transformWithStateInPandas(
+        _JoinProcessor(spec), schema, "Append", time_mode)
+    parsed = joined.select(F.from_json(_LEFT, left_schema, _JSON).alias("left"),
+                           F.from_json(_RIGHT, right_schema, _JSON).alias("right"),
+                           *[F.col(f.name) for f in schema.fields[2:]])
+    extras = {"valid_from": F.timestamp_millis(F.col(_VALID_FROM)), "late": F.col("late")}
+    return parsed.select(*[F.col("left").getField(k).alias(k) for k in key], "left", "right",
+                         *[extras[f.name].alias(f.name) for f in extra])
 
 
 def latest_join(events: DataFrame, table: DataFrame, *, on: list[str],

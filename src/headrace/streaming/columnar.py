@@ -1,6 +1,6 @@
-"""The columnar processor behind ``windowed`` for tumbling, hopping and session windows
-whose aggregates are counts, sums, averages, minima and maxima: the common case, worked a
-bucket at a time with pandas instead of an event at a time in Python.
+"""The columnar processor behind ``windowed`` for tumbling, hopping, session and per-event
+sliding windows whose aggregates are counts, sums, averages, minima and maxima: the common
+case, worked a bucket at a time with pandas instead of an event at a time in Python.
 
 A bucket's state is one table, a row per (key, window): the key columns, ``start``,
 ``end``, ``emitted`` and each aggregate's partial state (a count; a sum and a count of the
@@ -15,12 +15,18 @@ watermark ``W``:
    so a late event bridges nothing; whether one is late is decided by replaying, for its
    key alone, the intervals (never the aggregates) of its key's sessions. The sessions
    left then come from one interval merge of the table and the accepted events, and a
-   session that was emitted final and grew is retracted;
+   session that was emitted final and grew is retracted. Sliding windows: an event is late
+   if its own window (ending at it) takes no more events; the table holds a row per (key,
+   event time) and the window ending at a row folds the rows of its key a size before it
+   (ranges found by binary search over the table sorted by key and time, folded with
+   ``reduceat``); an event touches its own window and the emitted windows it falls in
+   (every window it falls in with ``emit="updates"``);
 2. aggregates per (key, window) and merges that into the table;
 3. emits every window the batch touched that is closed (``end <= W``), as final, or every
    touched window with ``emit="updates"`` (final once closed);
 4. emits, as final, every window the watermark closed that was not emitted yet, then drops
-   windows past ``end + allowed_lateness``;
+   windows past ``end + allowed_lateness`` (sliding: ``end + size + allowed_lateness``,
+   as later windows still read them);
 5. keeps one timer: the next watermark at which step 4 would change anything.
 
 That is, batch for batch, what ``processor.WindowProcessor`` does with state and timers per
@@ -52,7 +58,7 @@ _NAT = np.iinfo(np.int64).min
 
 def handles(spec: WindowedSpec) -> bool:
     """Whether this processor computes ``spec`` (else ``processor.WindowProcessor`` does)."""
-    return spec.window.kind in ("tumbling", "hopping", "session") and all(
+    return spec.window.kind in ("tumbling", "hopping", "session", "sliding") and all(
         a.kind in KINDS for a in spec.aggs)
 
 
@@ -64,6 +70,9 @@ class ColumnarWindowProcessor(StatefulProcessor):
         self.size = spec.window.size_ms
         self.slide = spec.window.slide_ms if spec.window.kind == "hopping" else self.size
         self.lateness = spec.allowed_lateness_ms
+        # how long past its end a window's rows are kept: a sliding window's are read by
+        # the windows ending up to a size later
+        self.linger = self.size if spec.window.kind == "sliding" else 0
         # partial-state columns per aggregate, and how each merges
         self.parts: dict[str, str] = {}
         for i, a in enumerate(spec.aggs):
@@ -171,6 +180,8 @@ class ColumnarWindowProcessor(StatefulProcessor):
              out: list[dict[str, np.ndarray]]) -> tuple[pd.DataFrame, pd.Series]:
         if self.spec.window.kind == "session":
             return self._add_sessions(events, table, watermark, out)
+        if self.spec.window.kind == "sliding":
+            return self._add_sliding(events, table, watermark, out)
         t = self._times(events)
         # window k of an event starts at last - k * slide, while start > t - size
         last = t - t % self.slide
@@ -275,6 +286,71 @@ class ColumnarWindowProcessor(StatefulProcessor):
         touched = merged.pop("event").astype(bool)
         return merged[self.columns], touched
 
+    def _add_sliding(self, events: pd.DataFrame, table: pd.DataFrame, watermark: int,
+                     out: list[dict[str, np.ndarray]]) -> tuple[pd.DataFrame, pd.Series]:
+        """Sliding windows: the table holds a row per (key, event time ``t``), start = end =
+        ``t``, the partials of the events at ``t``; that row is also the window ending at
+        ``t``, whose value ``_sliding_windows`` folds from the rows a size before it. An
+        event touches its own window and the emitted windows (every window with
+        ``emit="updates"``) that it falls in."""
+        t = self._times(events)
+        late = self._expired(t, watermark)
+        self._late(events, t, late, watermark, out)
+        which = np.flatnonzero(~late)
+        if not len(which):
+            return table, pd.Series(False, index=table.index)
+        batch = self._partials(events, which, t[which], t[which]).groupby(
+            self.group, sort=False, dropna=False).agg(self.parts).reset_index()
+        batch["emitted"] = False
+        batch["new"] = True
+        merged = batch
+        if len(table):
+            how = {**self.parts, "emitted": "any", "new": "any"}
+            merged = (pd.concat([table.assign(new=False), batch], ignore_index=True)
+                      .groupby(self.group, sort=False, dropna=False).agg(how).reset_index())
+        new = merged.pop("new").to_numpy(dtype=bool)
+        merged = merged[self.columns]
+        reached = new.copy()
+        older = ~new & (merged["emitted"].to_numpy(dtype=bool) | (self.spec.emit == "updates"))
+        if older.any():
+            lo, hi, order = self._ranges(merged, older)
+            seen = np.r_[0, np.cumsum(new[order])]
+            reached[older] = seen[hi] > seen[lo]
+        return merged, pd.Series(reached)
+
+    def _ranges(self, table: pd.DataFrame,
+                which: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For the sliding windows ``which`` (a mask of table rows): the rows each covers,
+        as ``[lo, hi)`` positions in ``order``, the table sorted by key and time."""
+        n = len(table)
+        end = table["end"].to_numpy(dtype="int64")
+        keys = [f"k{i}" for i in range(len(self.keys))]
+        kid = (table.groupby(keys, sort=False, dropna=False).ngroup().to_numpy(dtype="int64")
+               if keys else np.zeros(n, dtype="int64"))
+        order = np.lexsort((end, kid))
+        q = np.flatnonzero(which)
+        # times ranked, so that (key, rank) packs into one int64 whatever the times
+        _, rank = np.unique(np.concatenate([end, end[q] - self.size]), return_inverse=True)
+        span = n + len(q) + 1
+        packed = kid * span + rank[:n]
+        lo = np.searchsorted(packed[order], kid[q] * span + rank[n:], "left")
+        hi = np.searchsorted(packed[order], packed[q], "right")
+        return lo, hi, order
+
+    def _sliding_windows(self, table: pd.DataFrame, which: np.ndarray) -> pd.DataFrame:
+        """The sliding windows ending at the rows ``which``, with their folded partials."""
+        lo, hi, order = self._ranges(table, which)
+        idx = np.empty(2 * len(lo), dtype="int64")
+        idx[0::2], idx[1::2] = lo, hi
+        rows = table[which].reset_index(drop=True)
+        merge = {"sum": np.add, "min": np.fmin, "max": np.fmax}
+        for c, how in self.parts.items():
+            v = table[c].to_numpy()[order]
+            # reduceat folds [lo, hi) at the even positions; every window holds its own row
+            rows[c] = merge[how].reduceat(np.append(v, v[:1]), idx)[0::2]
+        rows["start"] = rows["end"] - self.size
+        return rows
+
     def _settle(self, table: pd.DataFrame, touched: pd.Series, watermark: int,
                 out: list[dict[str, np.ndarray]]) -> pd.DataFrame:
         if table.empty:
@@ -286,9 +362,15 @@ class ColumnarWindowProcessor(StatefulProcessor):
         # the watermark closed it, and no one saw it final yet
         show |= ~emitted & closed
         if show.any():
-            out.append(self._results(table[show], closed[show]))
+            rows, final = table[show], closed[show]
+            if self.spec.window.kind == "sliding":
+                # windows the batch touched, then those the watermark closed, each in time
+                # order, as a per-key processor emits them
+                order = np.lexsort((end[show], ~touched.to_numpy()[show]))
+                rows, final = self._sliding_windows(table, show).iloc[order], final[order]
+            out.append(self._results(rows, final))
         table = table.assign(emitted=emitted | closed)
-        keep = ~(watermark > end + self.lateness)
+        keep = ~(watermark > end + self.linger + self.lateness)
         return table if keep.all() else table[keep].reset_index(drop=True)
 
     def _next_timer(self, table: pd.DataFrame, watermark: int) -> int | None:
@@ -296,7 +378,8 @@ class ColumnarWindowProcessor(StatefulProcessor):
         if table.empty:
             return None
         end = table["end"].to_numpy()
-        due = np.where(table["emitted"].to_numpy(dtype=bool), end + self.lateness + 1, end)
+        due = np.where(table["emitted"].to_numpy(dtype=bool),
+                       end + self.linger + self.lateness + 1, end)
         due = due[due > watermark]
         return int(due.min()) if len(due) else None
 

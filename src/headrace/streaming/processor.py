@@ -1,6 +1,6 @@
-"""The per-event stateful processor behind ``windowed``: per-event sliding windows, and any
-window with ``approx_distinct`` (``columnar`` takes the rest); one instance per key group,
-in Python workers. It is also the reference ``columnar`` is tested against.
+"""The per-event stateful processor behind ``windowed`` for any window with
+``approx_distinct`` (``columnar`` takes the rest); one instance per key group, in Python
+workers. It is also the reference ``columnar`` is tested against.
 
 Python transformWithState pays a socket round trip to the JVM for every state call, so
 state is not kept per key: ``windowed`` groups the stream by a **bucket** (a hash of the

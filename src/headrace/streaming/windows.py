@@ -117,8 +117,8 @@ def windowed(df: DataFrame, *, keys: list[str] | tuple[str, ...], event_time: st
              buckets: int = DEFAULT_BUCKETS) -> DataFrame:
     """Window ``df`` (a stream without a watermark of its own) by event time per ``keys``.
 
-    State lives in ``buckets`` groups (a hash of the keys; see ``processor``, and ``columnar``
-    for tumbling, hopping and session windows of counts, sums, averages, minima and maxima): every
+    State lives in ``buckets`` groups (a hash of the keys; see ``columnar``, and ``processor``
+    for windows with ``approx_distinct``): every
     micro-batch costs a few state calls per bucket, not per key, so more buckets mean more
     parallelism across a cluster and smaller state rewrites, fewer mean less overhead per
     batch. A checkpoint stays tied to its ``buckets``.

@@ -26,7 +26,10 @@ dropped).
    - ``temporal_join``: the same, each event joined with the version valid at its time
      (watermark 10 s);
    - ``interval_join``: Spark's native stream-stream join (events with one payment per
-     second event on the same key 0-60 s later; watermarks 10 s).
+     second event on the same key 0-60 s later; watermarks 10 s);
+   - ``detector``: the fraud pipeline's per-card detector (its four rules, default
+     thresholds) over the events as transactions: card = user = the event key, one city,
+     a fixed profile (watermark 10 s).
 
    Events/s = input rows (both sides for joins) / the sum of the micro-batches'
    ``triggerExecution`` durations (including the no-data batches that fire timers). State:
@@ -65,7 +68,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from report import BENCHMARKS_MD, environment_lines, fmt_float, fmt_int, publish, table
 
 OPERATORS = ("source", "tumbling", "hopping", "session", "sliding", "latest_join",
-             "temporal_join", "interval_join")
+             "temporal_join", "interval_join", "detector")
 WINDOW_OPERATORS = OPERATORS[1:5]
 T0 = 1_700_000_000_000 - 1_700_000_000_000 % 3_600_000  # an hour boundary, epoch ms
 DISORDER_MS = 2_000
@@ -221,6 +224,19 @@ def build(op: str, src: Sources, topics: dict[str, str]) -> Any:
         return interval_join(ev, pay, on=["k"], left_time="event_time", right_time="paid_at",
                              lower=0, upper="1 minute", left_watermark="10 seconds",
                              right_watermark="10 seconds")
+    if op == "detector":
+        from headrace.pipelines.fraud.pipeline import detect
+        from headrace.pipelines.fraud.rules import Thresholds
+
+        txns = src.read(topics["events"], EVENT_SCHEMA, "k", "amount", "event_time",
+                        "kafka_partition", "kafka_offset")
+        return detect(txns.select(
+            F.col("k").alias("card_id"),
+            F.concat_ws("-", "kafka_partition", "kafka_offset").alias("txn_id"),
+            F.col("k").alias("user_id"), "amount", F.lit(48.8566).alias("lat"),
+            F.lit(2.3522).alias("lon"), F.lit("Paris").alias("city"), "event_time",
+            F.lit(50.0).alias("avg_amount"), F.lit(10.0).alias("std_amount")),
+            Thresholds(), "10 seconds", "0 seconds")
     raise ValueError(op)
 
 
@@ -513,7 +529,9 @@ def notes(args: argparse.Namespace, elapsed: float, runs: list[Run],
         "windowed: count + sum, watermark 10 s, no allowed lateness; tumbling 1 min, "
         "hopping 1 min / 20 s, session gap 30 s, sliding 1 min (one window per event). "
         "latest/temporal join: one table row per key over the same event-time span; "
-        "interval join: Spark's native join, a payment 0-60 s after every second event",
+        "interval join: Spark's native join, a payment 0-60 s after every second event; "
+        "detector: the fraud pipeline's per-card detector, each event a transaction of "
+        "card = user = its key, one city, a fixed profile",
         "side output: with = results and late rows reach the sink; without = only "
         "`kind = 'result'` rows (the processor still builds the late rows); native = "
         "`withWatermark` + `groupBy(window(1 min), k).count()` append; "

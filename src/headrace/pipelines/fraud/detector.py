@@ -16,7 +16,8 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from pyspark.sql import Row
+import numpy as np
+import pandas as pd
 from pyspark.sql.streaming.stateful_processor import (
     ExpiredTimerInfo,
     StatefulProcessor,
@@ -26,18 +27,27 @@ from pyspark.sql.streaming.stateful_processor import (
 
 from headrace.pipelines.fraud.rules import CardState, Thresholds, Txn, score
 from headrace.streaming import buckets
-from headrace.streaming.timeutil import from_ms, to_ms
 from headrace.streaming.windows import BUCKET
 
 OUTPUT_DDL = ("kind string, card_id string, txn_id string, user_id string, "
               "event_time timestamp, amount double, city string, reasons array<string>, "
               "score double, lateness_ms long, event string")
+_OUTPUT = ("kind", "card_id", "txn_id", "user_id", "event_time", "amount", "city", "reasons",
+           "score", "lateness_ms", "event")
+# the input columns a transaction is evaluated from, in this order
+_INPUT = ("card_id", "txn_id", "user_id", "amount", "city", "lat", "lon", "avg_amount",
+          "std_amount")
+
+_MS = "headrace__ms"  # event time in epoch ms, added to the batch
 
 # card id -> (CardState.to_json(), the watermark at which the card's state is dropped)
 Cards = dict[str, tuple[dict[str, Any], int]]
 
 
 class FraudDetector(StatefulProcessor):
+    """On the pandas flavour of transformWithState: a bucket's rows come as columns, and
+    each transaction is evaluated from plain values, without a Row per input or output."""
+
     def __init__(self, thresholds: Thresholds, allowed_lateness_ms: int) -> None:
         self.th = thresholds
         self.lateness = allowed_lateness_ms
@@ -55,46 +65,68 @@ class FraudDetector(StatefulProcessor):
         wanted = min((expires for _, expires in cards.values()), default=None)
         buckets.store(self.handle, self.state, before, cards, registered, wanted)
 
-    def handleInputRows(self, key: Any, rows: Iterator[Row],
-                        timerValues: TimerValues) -> Iterator[Row]:
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
+                        timerValues: TimerValues) -> Iterator[pd.DataFrame]:
         watermark = timerValues.getCurrentWatermarkInMs()
         before, cards, timer = buckets.load(self.state)
-        by_card: dict[str, list[Row]] = {}
-        for r in rows:
-            by_card.setdefault(r["card_id"], []).append(r)
-        out: list[Row] = []
-        for card_id, its_rows in by_card.items():
-            self._card(card_id, its_rows, cards, watermark, out)
+        frames = [f for f in rows if len(f)]
+        out: list[tuple[Any, ...]] = []
+        if frames:
+            batch = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+            batch = batch.assign(**{_MS: batch["event_time"].to_numpy()
+                                    .astype("datetime64[ms]").astype("int64")})
+            # a card's transactions in event-time order (ties by id), cards one after another
+            batch = batch.sort_values(["card_id", _MS, "txn_id"], kind="stable",
+                                      ignore_index=True)
+            columns = [batch[c].astype(object).where(batch[c].notna(), None).tolist()
+                       for c in _INPUT]
+            times = batch[_MS].tolist()
+            card_ids = columns[0]
+            first = 0
+            for i in range(1, len(batch) + 1):
+                if i == len(batch) or card_ids[i] != card_ids[first]:
+                    self._card(card_ids[first], range(first, i), columns, times, batch,
+                               cards, watermark, out)
+                    first = i
         self._store(before, cards, watermark, timer)
-        return iter(out)
+        return self._frames(out)
 
-    def _card(self, card_id: str, rows: list[Row], cards: Cards, watermark: int,
-              out: list[Row]) -> None:
+    def _card(self, card_id: str, rows: range, columns: list[list[Any]], times: list[int],
+              batch: pd.DataFrame, cards: Cards, watermark: int,
+              out: list[tuple[Any, ...]]) -> None:
         stored = cards.get(card_id)
         card = CardState.from_json(stored[0]) if stored else CardState()
-        for r in sorted(rows, key=lambda r: (to_ms(r["event_time"]), r["txn_id"])):
-            t = to_ms(r["event_time"])
+        for i in rows:
+            _, txn_id, user_id, amount, city, lat, lon, mean, std = (c[i] for c in columns)
+            t = times[i]
             if watermark > 0 and t < watermark - self.lateness:
-                event = {k: v for k, v in r.asDict().items() if k != BUCKET}
-                out.append(Row(kind="late", card_id=card_id, txn_id=r["txn_id"],
-                               user_id=r["user_id"], event_time=from_ms(t),
-                               amount=r["amount"], city=r["city"], reasons=None, score=None,
-                               lateness_ms=watermark - t,
-                               event=json.dumps(event, default=str, sort_keys=True)))
+                event = {k: v for k, v in batch.iloc[i].to_dict().items()
+                         if k not in (BUCKET, _MS)}
+                out.append(("late", card_id, txn_id, user_id, t, amount, city, None, None,
+                            watermark - t, json.dumps(event, default=str, sort_keys=True)))
                 continue
-            txn = Txn(r["txn_id"], t, r["lat"], r["lon"], r["amount"], r["city"])
-            reasons = card.evaluate(txn, r["avg_amount"], r["std_amount"], self.th)
+            reasons = card.evaluate(Txn(txn_id, t, lat, lon, amount, city), mean, std,
+                                    self.th)
             if reasons:
-                out.append(Row(kind="alert", card_id=card_id, txn_id=r["txn_id"],
-                               user_id=r["user_id"], event_time=from_ms(t),
-                               amount=r["amount"], city=r["city"], reasons=reasons,
-                               score=score(reasons), lateness_ms=None, event=None))
+                out.append(("alert", card_id, txn_id, user_id, t, amount, city, reasons,
+                            score(reasons), None, None))
         if card.recent:
             cards[card_id] = (card.to_json(), card.recent[-1].t + self.th.keep_ms)
 
+    @staticmethod
+    def _frames(out: list[tuple[Any, ...]]) -> Iterator[pd.DataFrame]:
+        if not out:
+            return iter(())
+        data: dict[str, Any] = {name: pd.Series(values, dtype=object)
+                                for name, values in zip(_OUTPUT, zip(*out, strict=True),
+                                                        strict=True)}
+        ms = np.array(data["event_time"].tolist(), dtype="int64")
+        data["event_time"] = pd.Series(ms.astype("datetime64[ms]")).dt.tz_localize("UTC")
+        return iter([pd.DataFrame(data)])
+
     def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
-                           expiredTimerInfo: ExpiredTimerInfo) -> Iterator[Row]:
+                           expiredTimerInfo: ExpiredTimerInfo) -> Iterator[pd.DataFrame]:
         before, cards, _ = buckets.load(self.state)
         # The timer that fired was the bucket's only one, and it is gone.
         self._store(before, cards, timerValues.getCurrentWatermarkInMs(), None)
-        return iter([])
+        return iter(())

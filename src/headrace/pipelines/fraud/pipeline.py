@@ -1,7 +1,7 @@
 """The fraud-detection pipeline on Spark Structured Streaming.
 
 transactions --read_events (dead letters)--> latest_join(user-profiles) --> per-card detector
-(transformWithState: velocity in 5-minute hopping windows, impossible travel, amount
+(transformWithStateInPandas: velocity in 5-minute hopping windows, impossible travel, amount
 anomaly, card testing) --> alerts to ``fraud-alerts`` and late transactions to
 ``transactions-late``, both through the exactly-once sink in one query.
 
@@ -81,13 +81,22 @@ def detections(spark: SparkSession, cfg: PipelineConfig) -> DataFrame:
         profiles.select("user_id", "avg_amount", "std_amount"), on=["user_id"])
     flat = enriched.select("left.*", F.col("right.avg_amount").alias("avg_amount"),
                            F.col("right.std_amount").alias("std_amount"))
-    marked = with_spark_watermark(flat, "event_time", cfg.watermark)
-    bucket = F.pmod(F.xxhash64("card_id"), F.lit(DEFAULT_BUCKETS)).alias(BUCKET)
-    out = marked.select("*", bucket).groupBy(BUCKET).transformWithState(
-        FraudDetector(cfg.thresholds, duration_ms(cfg.allowed_lateness)), OUTPUT_DDL,
-        "Append", "EventTime")
+    out = detect(flat, cfg.thresholds, cfg.watermark, cfg.allowed_lateness)
     return out.observe("out", F.count(F.when(F.col("kind") == "alert", 1)).alias("alerts"),
                        F.count(F.when(F.col("kind") == "late", 1)).alias("late"))
+
+
+def detect(txns: DataFrame, thresholds: Thresholds, watermark: str,
+           allowed_lateness: str) -> DataFrame:
+    """The per-card detector over enriched transactions (``card_id``, ``txn_id``,
+    ``user_id``, ``amount``, ``lat``, ``lon``, ``city``, ``event_time``, ``avg_amount``,
+    ``std_amount``; more columns ride along into late rows' ``event``): rows of
+    ``OUTPUT_DDL``, ``kind`` alert or late."""
+    marked = with_spark_watermark(txns, "event_time", watermark)
+    bucket = F.pmod(F.xxhash64("card_id"), F.lit(DEFAULT_BUCKETS)).alias(BUCKET)
+    return marked.select("*", bucket).groupBy(BUCKET).transformWithStateInPandas(
+        FraudDetector(thresholds, duration_ms(allowed_lateness)), OUTPUT_DDL, "Append",
+        "EventTime")
 
 
 def to_sink_rows(out: DataFrame, topics: PipelineTopics) -> DataFrame:

@@ -22,11 +22,14 @@ table-table join kept as a live view.
   either side re-emits the joined rows it changes (a price change updates every order of
   that product).
 
-The stream-table joins run on transformWithState over the union of both sides, grouped by
-a bucket of join keys (``buckets``, 64 by default: a few state calls per bucket and
-micro-batch, whatever the number of keys); table state keeps one row per key (latest) or
-the versions the watermark can still reach (temporal). A checkpoint stays tied to its
-``buckets``.
+The stream-table joins run on transformWithStateInPandas over the union of both sides,
+grouped by a bucket of join keys (``buckets``, 64 by default: a few state calls per bucket
+and micro-batch, whatever the number of keys); table state keeps one row per key (latest)
+or the versions the watermark can still reach (temporal). A checkpoint stays tied to its
+``buckets``. Each side's rows cross the operator as JSON text: Spark's ``to_json`` before,
+``from_json`` after, lossless for every type those take (timestamps to the microsecond);
+a map with non-string keys is refused with ``SpecError`` (``from_json`` reads string keys
+only).
 """
 
 from __future__ import annotations
@@ -195,12 +198,12 @@ class _JoinProcessor(StatefulProcessor):
         by_key: dict[str, tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]] = {}
         for frame in rows:
             for k, t, side, left, right, pk, op in zip(
-                    *(frame[c].to_numpy() for c in _INPUT), strict=True):
+                    *(frame[c].tolist() for c in _INPUT), strict=True):
                 tables, events = by_key.setdefault(k, ([], []))
                 if side == "R":
-                    tables.append((int(t), right))
+                    tables.append((t, right))
                 else:
-                    events.append((int(t), left, pk, op))
+                    events.append((t, left, pk, op))
         watermark = timerValues.getCurrentWatermarkInMs()
         out: list[tuple[Any, ...]] = []
         for k, (tables, events) in by_key.items():

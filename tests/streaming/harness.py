@@ -8,12 +8,14 @@ makes "this event arrives when the watermark is X" reproducible without sleeps.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pickle
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 
 from headrace.spark import read_events
@@ -102,7 +104,10 @@ class StepRunner:
             q = df.writeStream.foreachBatch(collect) \
                 .option("checkpointLocation", str(self.checkpoint)) \
                 .trigger(availableNow=True).start()
-            q.awaitTermination(180)
+            with contextlib.suppress(StreamingQueryException):  # q.exception() has it
+                if not q.awaitTermination(180):
+                    q.stop()
+                    raise AssertionError("the step's query ran past 180 s")
             self.progress.extend(q.recentProgress)
             error = q.exception()
             if error is None or attempt == TRANSIENT_RESTARTS or TRANSIENT not in str(error):

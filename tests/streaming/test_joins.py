@@ -178,6 +178,20 @@ def test_interval_join(spark: SparkSession, broker: EmbeddedBroker, topic_name: 
                             "clicks": [{"k": "zz", "ts": at(130), "n": 98}]})) == expected
 
 
+def test_temporal_join_refuses_a_null_time(spark: SparkSession, broker: EmbeddedBroker,
+                                          topic_name: str, tmp_path: Path) -> None:
+    """An event without a time could never be joined (no watermark reaches it): the query
+    fails with a clear error instead of holding it forever."""
+    steps = stream_table_steps(spark, broker, topic_name, tmp_path, lambda s: temporal_join(
+        s["events"].select("k", "n", F.when(F.col("n") > 0, F.col("event_time"))
+                           .alias("event_time")),
+        s["table"].select("k", "price", "event_time"), on=["k"], event_time="event_time",
+        valid_from="event_time", watermark=0))
+    with pytest.raises(AssertionError, match="an event time or valid_from is null"):
+        steps.run({"table": [{"k": "a", "ts": at(0), "price": 1.0}],
+                   "events": [{"k": "a", "ts": at(1), "n": 0}]})
+
+
 def test_temporal_join_state_stays_bounded_without_events(
         spark: SparkSession, broker: EmbeddedBroker, topic_name: str, tmp_path: Path) -> None:
     """A key with table updates and no events keeps only the versions the watermark can

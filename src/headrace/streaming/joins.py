@@ -63,7 +63,7 @@ from pyspark.sql.types import (
 )
 
 from headrace.streaming import buckets
-from headrace.streaming.errors import SpecError
+from headrace.streaming.errors import SpecError, StreamingError
 from headrace.streaming.timeutil import duration_ms
 from headrace.streaming.windows import BUCKET, DEFAULT_BUCKETS, with_spark_watermark
 
@@ -103,8 +103,6 @@ def interval_join(left: DataFrame, right: DataFrame, *, on: list[str], left_time
 class _JoinSpec:
     mode: str  # latest | temporal | table
     key: tuple[str, ...]
-    left_fields: tuple[str, ...]
-    right_fields: tuple[str, ...]
     left_pk: str | None = None
 
 
@@ -197,6 +195,9 @@ class _JoinProcessor(StatefulProcessor):
         before, keys, timer = buckets.load(self.bucket)
         by_key: dict[str, tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]] = {}
         for frame in rows:
+            if frame[_T].isna().any():
+                raise StreamingError("an event time or valid_from is null: every event and "
+                                     "table row of a temporal join needs one")
             for k, t, side, left, right, pk, op in zip(
                     *(frame[c].tolist() for c in _INPUT), strict=True):
                 tables, events = by_key.setdefault(k, ([], []))
@@ -412,7 +413,7 @@ def latest_join(events: DataFrame, table: DataFrame, *, on: list[str],
     ``table`` is a changelog stream (e.g. a compacted topic read with read_events). Output:
     the key columns, ``left`` (the event) and ``right`` (the table row) as structs.
     """
-    spec = _JoinSpec("latest", tuple(on), tuple(events.columns), tuple(table.columns))
+    spec = _JoinSpec("latest", tuple(on))
     return _join(events, table, spec, None, None, None, [], buckets)
 
 
@@ -422,7 +423,7 @@ def temporal_join(events: DataFrame, table: DataFrame, *, on: list[str], event_t
     """Each event with the table row valid at its ``event_time``: the version with the
     greatest ``valid_from`` at or before it. Output adds ``valid_from`` and ``late``; late
     events join as the module docstring says."""
-    spec = _JoinSpec("temporal", tuple(on), tuple(events.columns), tuple(table.columns))
+    spec = _JoinSpec("temporal", tuple(on))
     return _join(events, table, spec, event_time, valid_from, watermark,
                  [StructField("valid_from", TimestampType()),
                   StructField("late", BooleanType())], buckets)
@@ -438,6 +439,6 @@ def table_join(left: DataFrame, right: DataFrame, *, on: list[str],
     emits it, so the upsert view holds the new join row only. Within one micro-batch the
     last row of a ``left_key`` wins: produce ``left`` keyed by ``left_key`` so its changes
     keep their order."""
-    spec = _JoinSpec("table", tuple(on), tuple(left.columns), tuple(right.columns), left_key)
+    spec = _JoinSpec("table", tuple(on), left_key)
     tracked = _track_foreign_keys(left, on, left_key)
     return _join(tracked, right, spec, None, None, None, [], buckets)

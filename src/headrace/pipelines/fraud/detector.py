@@ -80,25 +80,22 @@ class FraudDetector(StatefulProcessor):
                                       ignore_index=True)
             columns = [batch[c].astype(object).where(batch[c].notna(), None).tolist()
                        for c in _INPUT]
-            times = batch[_MS].tolist()
+            # one tuple per transaction: its position, time and _INPUT values
+            txns = list(zip(range(len(batch)), batch[_MS].tolist(), *columns, strict=True))
             card_ids = columns[0]
             first = 0
             for i in range(1, len(batch) + 1):
                 if i == len(batch) or card_ids[i] != card_ids[first]:
-                    self._card(card_ids[first], range(first, i), columns, times, batch,
-                               cards, watermark, out)
+                    self._card(card_ids[first], txns[first:i], batch, cards, watermark, out)
                     first = i
         self._store(before, cards, watermark, timer)
         return self._frames(out)
 
-    def _card(self, card_id: str, rows: range, columns: list[list[Any]], times: list[int],
-              batch: pd.DataFrame, cards: Cards, watermark: int,
-              out: list[tuple[Any, ...]]) -> None:
+    def _card(self, card_id: str, txns: list[tuple[Any, ...]], batch: pd.DataFrame,
+              cards: Cards, watermark: int, out: list[tuple[Any, ...]]) -> None:
         stored = cards.get(card_id)
         card = CardState.from_json(stored[0]) if stored else CardState()
-        for i in rows:
-            _, txn_id, user_id, amount, city, lat, lon, mean, std = (c[i] for c in columns)
-            t = times[i]
+        for i, t, _, txn_id, user_id, amount, city, lat, lon, mean, std in txns:
             if watermark > 0 and t < watermark - self.lateness:
                 event = {k: v for k, v in batch.iloc[i].to_dict().items()
                          if k not in (BUCKET, _MS)}

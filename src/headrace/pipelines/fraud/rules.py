@@ -98,6 +98,8 @@ class CardState:
         return out
 
     def _velocity(self, txn: Txn, th: Thresholds) -> bool:
+        if len(self.recent) < th.velocity_count:
+            return False  # no window can hold more transactions than the card has
         first = txn.t - txn.t % th.velocity_hop_ms
         for start in range(first, txn.t - th.velocity_window_ms, -th.velocity_hop_ms):
             n = sum(1 for r in self.recent if start <= r.t < start + th.velocity_window_ms)

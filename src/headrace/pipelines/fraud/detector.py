@@ -97,8 +97,9 @@ class FraudDetector(StatefulProcessor):
         card = CardState.from_json(stored[0]) if stored else CardState()
         for i, t, _, txn_id, user_id, amount, city, lat, lon, mean, std in txns:
             if watermark > 0 and t < watermark - self.lateness:
-                event = {k: v for k, v in batch.iloc[i].to_dict().items()
-                         if k not in (BUCKET, _MS)}
+                # a null double is NaN in a pandas row; the event's JSON says null
+                event = {k: None if isinstance(v, float) and v != v else v
+                         for k, v in batch.iloc[i].to_dict().items() if k not in (BUCKET, _MS)}
                 out.append(("late", card_id, txn_id, user_id, t, amount, city, None, None,
                             watermark - t, json.dumps(event, default=str, sort_keys=True)))
                 continue

@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -35,42 +34,7 @@ from headrace.streaming import (
 from headrace.streaming.columnar import ColumnarWindowProcessor, handles
 from headrace.streaming.processor import WindowProcessor
 from headrace.streaming.windows import EVENT_JSON, WindowedSpec
-
-
-class _Value:
-    def __init__(self) -> None:
-        self.value: Any = None
-
-    def get(self) -> Any:
-        return self.value
-
-    def update(self, value: Any) -> None:
-        self.value = value
-
-    def clear(self) -> None:
-        self.value = None
-
-
-class _Handle:
-    def __init__(self) -> None:
-        self.timers: set[int] = set()
-
-    def getValueState(self, name: str, schema: Any) -> _Value:
-        return _Value()
-
-    def registerTimer(self, at: int) -> None:
-        self.timers.add(at)
-
-    def deleteTimer(self, at: int) -> None:
-        self.timers.remove(at)
-
-
-class _TimerValues:
-    def __init__(self, watermark: int) -> None:
-        self.watermark = watermark
-
-    def getCurrentWatermarkInMs(self) -> int:
-        return self.watermark
+from tests.streaming.stand_ins import Handle, TimerValues
 
 
 def _rows(frames: Iterator[pd.DataFrame]) -> list[str]:
@@ -95,7 +59,7 @@ def test_columnar_windows_equal_the_per_event_processor(seed: int) -> None:
                         rng.choice([0, 0, 30, 200]), rng.choice(["final", "updates"]))
     assert handles(spec)
     processors = [WindowProcessor(spec), ColumnarWindowProcessor(spec)]
-    handles_ = [_Handle(), _Handle()]
+    handles_ = [Handle(), Handle()]
     for p, h in zip(processors, handles_, strict=True):
         p.init(h)  # type: ignore[arg-type]
     watermark, latest = -1, 0
@@ -114,10 +78,10 @@ def test_columnar_windows_equal_the_per_event_processor(seed: int) -> None:
         for p, h in zip(processors, handles_, strict=True):
             if n:
                 frames = p.handleInputRows((0,), iter([events]),
-                                           _TimerValues(watermark))  # type: ignore[arg-type]
+                                           TimerValues(watermark))  # type: ignore[arg-type]
             elif h.timers and min(h.timers) <= watermark:
                 h.timers.discard(min(h.timers))
-                frames = p.handleExpiredTimer((0,), _TimerValues(watermark), None)  # type: ignore[arg-type]
+                frames = p.handleExpiredTimer((0,), TimerValues(watermark), None)  # type: ignore[arg-type]
             else:
                 frames = iter(())
             outputs.append(_rows(frames))

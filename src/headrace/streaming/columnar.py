@@ -196,17 +196,24 @@ class ColumnarWindowProcessor(StatefulProcessor):
         which, starts = which[live], starts[live]
         if not len(which):
             return table, pd.Series(False, index=table.index)
-        batch = self._partials(events, which, starts, starts + self.size).groupby(
+        merged, touched = self._merge(table, events, which, starts, starts + self.size)
+        return merged, pd.Series(touched)
+
+    def _merge(self, table: pd.DataFrame, events: pd.DataFrame, which: np.ndarray,
+               starts: np.ndarray, ends: np.ndarray) -> tuple[pd.DataFrame, np.ndarray]:
+        """The table with the events' partials (``_partials``) merged in per (key, window),
+        and which of its rows took events."""
+        batch = self._partials(events, which, starts, ends).groupby(
             self.group, sort=False, dropna=False).agg(self.parts).reset_index()
         batch["emitted"] = False
-        batch["touched"] = True
+        batch["new"] = True
         merged = batch
         if len(table):
-            how = {**self.parts, "emitted": "any", "touched": "any"}
-            merged = (pd.concat([table.assign(touched=False), batch], ignore_index=True)
+            how = {**self.parts, "emitted": "any", "new": "any"}
+            merged = (pd.concat([table.assign(new=False), batch], ignore_index=True)
                       .groupby(self.group, sort=False, dropna=False).agg(how).reset_index())
-        touched = merged.pop("touched").astype(bool)
-        return merged[self.columns], touched
+        new = merged.pop("new").to_numpy(dtype=bool)
+        return merged[self.columns], new
 
     def _session_late(self, events: pd.DataFrame, t: np.ndarray, table: pd.DataFrame,
                       watermark: int) -> np.ndarray:
@@ -299,17 +306,7 @@ class ColumnarWindowProcessor(StatefulProcessor):
         which = np.flatnonzero(~late)
         if not len(which):
             return table, pd.Series(False, index=table.index)
-        batch = self._partials(events, which, t[which], t[which]).groupby(
-            self.group, sort=False, dropna=False).agg(self.parts).reset_index()
-        batch["emitted"] = False
-        batch["new"] = True
-        merged = batch
-        if len(table):
-            how = {**self.parts, "emitted": "any", "new": "any"}
-            merged = (pd.concat([table.assign(new=False), batch], ignore_index=True)
-                      .groupby(self.group, sort=False, dropna=False).agg(how).reset_index())
-        new = merged.pop("new").to_numpy(dtype=bool)
-        merged = merged[self.columns]
+        merged, new = self._merge(table, events, which, t[which], t[which])
         reached = new.copy()
         older = ~new & (merged["emitted"].to_numpy(dtype=bool) | (self.spec.emit == "updates"))
         if older.any():

@@ -14,44 +14,9 @@ import pandas as pd
 from headrace.pipelines.fraud.detector import FraudDetector
 from headrace.pipelines.fraud.rules import Thresholds
 from headrace.streaming.windows import BUCKET
+from tests.streaming.stand_ins import Handle, TimerValues
 
 T0 = 1_700_000_000_000
-
-
-class _Value:
-    def __init__(self) -> None:
-        self.value: Any = None
-
-    def get(self) -> Any:
-        return self.value
-
-    def update(self, value: Any) -> None:
-        self.value = value
-
-    def clear(self) -> None:
-        self.value = None
-
-
-class _Handle:
-    def __init__(self) -> None:
-        self.timers: set[int] = set()
-
-    def getValueState(self, name: str, schema: Any) -> _Value:
-        return _Value()
-
-    def registerTimer(self, at: int) -> None:
-        self.timers.add(at)
-
-    def deleteTimer(self, at: int) -> None:
-        self.timers.remove(at)
-
-
-class _TimerValues:
-    def __init__(self, watermark: int) -> None:
-        self.watermark = watermark
-
-    def getCurrentWatermarkInMs(self) -> int:
-        return self.watermark
 
 
 def _txns(rows: list[tuple[str, str, int, float, float | None]]) -> pd.DataFrame:
@@ -67,13 +32,13 @@ def _txns(rows: list[tuple[str, str, int, float, float | None]]) -> pd.DataFrame
 
 
 def _run(detector: FraudDetector, frame: pd.DataFrame, watermark: int) -> list[dict[str, Any]]:
-    out = detector.handleInputRows((0,), iter([frame]), _TimerValues(watermark))  # type: ignore[arg-type]
+    out = detector.handleInputRows((0,), iter([frame]), TimerValues(watermark))  # type: ignore[arg-type]
     return [row for f in out for row in f.to_dict("records")]
 
 
 def test_alerts_and_late_transactions() -> None:
     detector = FraudDetector(Thresholds(), allowed_lateness_ms=0)
-    detector.init(_Handle())  # type: ignore[arg-type]
+    detector.init(Handle())  # type: ignore[arg-type]
     # Card c1: an amount far above its profile raises amount_anomaly; the rows arrive out
     # of order and are evaluated in event-time order.
     out = _run(detector, _txns([("c1", "t2", 2_000, 900.0, 20.0),

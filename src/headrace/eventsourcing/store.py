@@ -97,7 +97,8 @@ class EventStore:
     def start(self) -> EventStore:
         """Create or check both topics. Raises ``StoreError`` on a layout that could lose
         events (compaction or finite retention on the event topic)."""
-        admin = AdminClient(self.config)
+        # log_level 4: no info line about the admin handle's queue when it is dropped
+        admin = AdminClient({"log_level": 4, **self.config})
         self.partitions = self._ensure(admin, self.topic, {
             "cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"})
         snapshot_partitions = self._ensure(admin, self.snapshot_topic,

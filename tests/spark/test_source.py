@@ -353,3 +353,74 @@ def test_compacted_log_reads_the_same_through_both_readers(spark: SparkSession,
         fetched = read("fetch")
         assert fetched == read("librdkafka")
         assert [(o, k, v) for o, k, v in fetched] == held
+
+
+# --- declared schemas: reading only some columns ----------------------------------------
+
+
+@pytest.mark.parametrize("reader", ["fetch", "librdkafka"])
+def test_declared_schema_reads_only_its_columns(spark: SparkSession, broker: EmbeddedBroker,
+                                                topic_name: str, reader: str) -> None:
+    """``.schema(...)`` naming some of the source's columns, in any order: the batches carry
+    exactly those, with the values the full read has; a ``headers`` column needs no
+    ``includeHeaders``. The same through both readers."""
+    create_topic(broker.bootstrap_servers, topic_name, 2)
+    p = Producer({"bootstrap.servers": broker.bootstrap_servers})
+    for i in range(500):
+        p.produce(topic_name, partition=i % 2, key=None if i % 5 == 0 else f"k{i}".encode(),
+                  value=None if i % 7 == 0 else f"v{i}".encode(),
+                  headers=[("n", str(i).encode())] if i % 3 == 0 else None)
+    assert p.flush(10) == 0
+    base = (spark.read.format("headrace").option("kafka.bootstrap.servers",
+                                                 broker.bootstrap_servers)
+            .option("subscribe", topic_name).option("headrace.reader", reader))
+    full = {(r.partition, r.offset): r for r in base.option("includeHeaders", "true")
+            .load().collect()}
+    assert len(full) == 500
+
+    values = base.schema("value binary").load()
+    assert values.columns == ["value"]
+    assert sorted(r.value or b"" for r in values.collect()) == \
+        sorted(r.value or b"" for r in full.values())
+
+    picked = base.schema("offset bigint, headers array<struct<key:string,value:binary>>, "
+                         "partition int, key binary, timestamp timestamp").load()
+    assert picked.columns == ["offset", "headers", "partition", "key", "timestamp"]
+    rows = picked.collect()
+    assert len(rows) == 500
+    for r in rows:
+        f = full[(r.partition, r.offset)]
+        assert (r.key, r.timestamp, r.headers) == (f.key, f.timestamp, f.headers)
+
+
+def test_declared_schema_in_a_stream(spark: SparkSession, broker: EmbeddedBroker,
+                                     three_partitions: Any, tmp_path: Path) -> None:
+    topic, rows, _ = three_partitions
+    stream = (spark.readStream.format("headrace").schema("value binary, partition int")
+              .option("kafka.bootstrap.servers", broker.bootstrap_servers)
+              .option("subscribe", topic).option("startingOffsets", "earliest").load())
+    seen: list[Any] = []
+    q = stream.writeStream.foreachBatch(lambda b, _i: seen.extend(b.collect())) \
+        .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start()
+    q.awaitTermination(120)
+    assert q.exception() is None, q.exception()
+    assert sorted((r.partition, r.value) for r in seen) == \
+        sorted((partition, value) for _key, value, partition, _ts in rows)
+
+
+@pytest.mark.parametrize(("schema", "message"), [
+    ("value string", "column 'value' is binary, not string"),
+    ("payload binary", "column 'payload' is not one of the source's columns"),
+    ("value binary, value binary", "column 'value' is declared twice"),
+    ("value binary not null", "column 'value' must be declared nullable"),
+    ("offset int", "column 'offset' is bigint, not int"),
+])
+def test_declared_schema_mistakes_fail_clearly(spark: SparkSession, broker: EmbeddedBroker,
+                                               topic_name: str, schema: str,
+                                               message: str) -> None:
+    create_topic(broker.bootstrap_servers, topic_name)
+    reader = (spark.read.format("headrace").schema(schema)
+              .option("kafka.bootstrap.servers", broker.bootstrap_servers)
+              .option("subscribe", topic_name))
+    with pytest.raises(Exception, match=message):
+        reader.load().collect()

@@ -18,7 +18,7 @@ from pyspark.sql.types import StructType
 
 from headrace.spark.events import event_spec
 from headrace.spark.options import parse_sink_options, parse_source_options
-from headrace.spark.reading import schema_ddl
+from headrace.spark.reading import schema_ddl, select_columns
 from headrace.spark.sink import BatchWriter, StreamWriter
 from headrace.spark.source import BatchReader, StreamReader
 
@@ -39,10 +39,12 @@ class HeadraceDataSource(DataSource):
         return schema_ddl(opts.get("includeheaders", "false").lower() == "true")
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return BatchReader(parse_source_options(self.options, streaming=False))
+        return BatchReader(select_columns(parse_source_options(self.options, streaming=False),
+                                          schema))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return StreamReader(parse_source_options(self.options, streaming=True))
+        return StreamReader(select_columns(parse_source_options(self.options, streaming=True),
+                                           schema))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         return BatchWriter(parse_sink_options(self.options), schema)

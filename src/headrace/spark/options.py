@@ -77,10 +77,13 @@ class SourceOptions:
     poll_timeout_ms: int
     client_configs: dict[str, str] = field(default_factory=dict)
     events: EventSpec | None = None
+    """Set by ``valueSchema``/``eventTime``/``deadLetterTopic``: parse values as JSON."""
     raw_fetch: bool = False
     """Read raw batches with Fetch requests (``headrace.reader=fetch``, the default over
     PLAINTEXT) rather than through a librdkafka consumer (``headrace.reader=librdkafka``)."""
-    """Set by ``valueSchema``/``eventTime``/``deadLetterTopic``: parse values as JSON."""
+    columns: tuple[str, ...] | None = None
+    """The columns a read yields, in this order, when the query declared a schema naming
+    some of them (``headrace.spark.reading.select_columns``); None: all of them."""
 
 
 @dataclass(frozen=True)

@@ -134,3 +134,36 @@ def test_restart_after_lost_checkpoint_offsets_is_new_output(
     shutil.rmtree(tmp_path / "cp")
     _stream_copy(spark, broker, src, out, tmp_path / "cp")
     assert len(read_all(broker.bootstrap_servers, out)) == 20
+
+
+def test_a_kept_producer_fenced_elsewhere_starts_over(spark: SparkSession,
+                                                      broker: EmbeddedBroker, topic_name: str,
+                                                      tmp_path: Path) -> None:
+    """Workers keep each task's transactional producer for the query's next batch. Another
+    run of the task fences it meanwhile (here: a producer with the same transactional id,
+    which leaves a transaction open): the next batch still writes each row once, and the
+    intruder's open record never becomes visible."""
+    import json
+
+    from confluent_kafka import Producer
+
+    src, out = topic_name + "-in", topic_name + "-out"
+    create_topic(broker.bootstrap_servers, src, 2)
+    create_topic(broker.bootstrap_servers, out, 2)
+    produce(broker.bootstrap_servers, src, [(None, f"a{i}".encode()) for i in range(100)])
+    _stream_copy(spark, broker, src, out, tmp_path / "cp")
+    query_id = json.loads((tmp_path / "cp" / "metadata").read_text())["id"]
+    intruders = []
+    for partition in range(2):
+        p = Producer({"bootstrap.servers": broker.bootstrap_servers,
+                      "transactional.id": f"headrace-sink-{query_id}-{partition}"})
+        p.init_transactions(30)
+        p.begin_transaction()
+        p.produce(out, b"intruder", partition=partition)
+        assert p.flush(10) == 0
+        intruders.append(p)  # left open: the sink's next producer must abort it
+    produce(broker.bootstrap_servers, src, [(None, f"b{i}".encode()) for i in range(100)])
+    _stream_copy(spark, broker, src, out, tmp_path / "cp")
+    values = sorted(m.value() for m in read_all(broker.bootstrap_servers, out))
+    assert values == sorted([f"a{i}!".encode() for i in range(100)]
+                            + [f"b{i}!".encode() for i in range(100)])

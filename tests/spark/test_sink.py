@@ -136,13 +136,11 @@ def test_restart_after_lost_checkpoint_offsets_is_new_output(
     assert len(read_all(broker.bootstrap_servers, out)) == 20
 
 
-def test_a_kept_producer_fenced_elsewhere_starts_over(spark: SparkSession,
-                                                      broker: EmbeddedBroker, topic_name: str,
-                                                      tmp_path: Path) -> None:
-    """Workers keep each task's transactional producer for the query's next batch. Another
-    run of the task fences it meanwhile (here: a producer with the same transactional id,
-    which leaves a transaction open): the next batch still writes each row once, and the
-    intruder's open record never becomes visible."""
+def test_a_zombie_run_of_a_task_is_fenced(spark: SparkSession, broker: EmbeddedBroker,
+                                          topic_name: str, tmp_path: Path) -> None:
+    """A run of a task that is still alive elsewhere (here: a producer with the task's
+    transactional id, which leaves a transaction open) is fenced by the next batch's run:
+    that batch writes each row once, and the zombie's record never becomes visible."""
     import json
 
     from confluent_kafka import Producer

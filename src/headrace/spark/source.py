@@ -150,8 +150,7 @@ def read_task(opts: SourceOptions, rng: OffsetRange, batch_write_id: str | None
         write_id, sequence = f"{query_id}-dlq-{_source_tag(opts)}", int(batch_id)
     sink = SinkOptions(opts.bootstrap_servers, opts.events.dead_letter_topic, True,
                        opts.client_configs)
-    write_exactly_once(sink, dead_letter_batches(dead), write_id, ctx.partitionId(), sequence,
-                       keep=batch_write_id is None)
+    write_exactly_once(sink, dead_letter_batches(dead), write_id, ctx.partitionId(), sequence)
 
 
 def _source_tag(opts: SourceOptions) -> str:

@@ -178,11 +178,12 @@ def _produce_all(producer: Producer, opts: SinkOptions, batches: Iterator[pa.Rec
 
 
 def _producer_config(opts: SinkOptions, delivery: _Delivery) -> dict[str, Any]:
-    # reconnect.backoff.ms: librdkafka connects to the broker it learns from the bootstrap
-    # metadata only after this backoff (100 ms by default), and a transactional producer's
-    # init_transactions waits for that connection: 54 -> 15 ms per task (measured here).
+    # enable.sparse.connections=false: librdkafka connects to the brokers it learns from
+    # the bootstrap metadata at once, not when a request needs one; the producer id an
+    # idempotent or transactional producer must get first otherwise waits for a reconnect
+    # backoff or its 500 ms PID timer. init_transactions: 54 ms (up to 500) -> 2.5 ms here.
     return {"linger.ms": 5, "batch.num.messages": 10_000, "compression.type": "lz4",
-            "reconnect.backoff.ms": 10, **opts.client_configs, "bootstrap.servers": opts.bootstrap_servers,
+            "enable.sparse.connections": False, **opts.client_configs, "bootstrap.servers": opts.bootstrap_servers,
             "enable.idempotence": True, "acks": "all", "on_delivery": delivery}
 
 

@@ -203,16 +203,16 @@ def notes(args: argparse.Namespace) -> list[str]:
         f"(maxFilesPerTrigger={args.files_per_batch}), Trigger.AvailableNow, timed from "
         "start() to the end of the query",
         "sink producer settings (the connector's own): linger.ms=5, batch.num.messages=10000, "
-        "lz4, acks=all, idempotent; exactly-once adds a transaction per task and the "
-        "marker offset commit",
+        "lz4, acks=all, idempotent, enable.sparse.connections=false; exactly-once adds a "
+        "transaction per task and the marker offset commit",
         "SparkSession local[2], 2 cores shared with the broker; a batch and a streaming "
         f"write of 20,000 rows per mode first as warm-up; median of {args.runs} runs, modes alternating; every run's output "
         "counted with a read_committed consumer",
-        "both modes start a new producer in every task: exactly-once pays "
-        "init_transactions and the commit (~50 + ~15 ms on headrace, measured outside "
-        "Spark); at-least-once's idempotent producer may hold its first send until "
-        "librdkafka's PID timer fires (500 ms on headrace, ~1 s on Tansu, when no broker "
-        "connection is up at start), so at-least-once can come out the slower one",
+        "exactly-once starts a transactional producer in every task and pays "
+        "init_transactions and the commit (~2.5 + ~4 ms on headrace, measured outside "
+        "Spark; init_transactions took 54 ms, sometimes 500, before the connector set "
+        "enable.sparse.connections=false); at-least-once keeps one idempotent producer per "
+        "Python worker",
         "spread: the slowest of a cell's runs over its fastest (0% = identical runs)",
         "goal: exactly-once / at-least-once >= 0.90; on a shared 2-core machine runs of "
         "one cell spread by up to 2x, so read the ratio with the load average above",

@@ -10,9 +10,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from headrace.pipelines.fraud.detector import FraudDetector
-from headrace.pipelines.fraud.rules import Thresholds
+from headrace.pipelines.fraud.rules import CardState, Thresholds, Txn
+from headrace.streaming import buckets
 from headrace.streaming.windows import BUCKET
 from tests.streaming.stand_ins import Handle, TimerValues
 
@@ -55,3 +58,54 @@ def test_alerts_and_late_transactions() -> None:
     assert event["avg_amount"] is None and event["attempt"] == 1
     assert event["event_time"].startswith("2023-11-14 22:13:20.500")
     assert BUCKET not in event
+
+
+class _EveryCardTheLongWay(FraudDetector):
+    @property
+    def _lone_allowed(self) -> bool:
+        return False
+
+
+_ROW = st.tuples(st.sampled_from(["c1", "c2", "c3", "c4", "c5", "c6"]),
+                 st.integers(0, 1_200_000),  # ms after T0: within and past keep_ms
+                 st.sampled_from([0.5, 1.0, 20.0, 45.0, 400.0, 5_000.0]),
+                 st.sampled_from([None, 20.0, 300.0]),
+                 st.sampled_from([(48.8566, 2.3522), (40.7128, -74.006)]))  # lat, lon: not null
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.lists(_ROW, max_size=8), st.integers(-1, 1_200_000)),
+                min_size=1, max_size=5), st.sampled_from([0, 60_000]))
+def test_a_cards_first_transaction_short_cut_changes_nothing(
+        batches: list[tuple[list[Any], int]], lateness: int) -> None:
+    """Alerts, late rows and the state kept are the same with the short cut for a card's
+    first transaction (``_lone``) as when every card goes through ``CardState``."""
+    fast = FraudDetector(Thresholds(), allowed_lateness_ms=lateness)
+    slow = _EveryCardTheLongWay(Thresholds(), allowed_lateness_ms=lateness)
+    for d in (fast, slow):
+        d.init(Handle())  # type: ignore[arg-type]
+    n = 0
+    watermark = -1
+    for rows, advance in batches:
+        frame = _txns([(card, f"t{n + i}", t, amount, mean)
+                       for i, (card, t, amount, mean, _) in enumerate(rows)])
+        frame["lat"] = [where[0] for *_, where in rows]
+        frame["lon"] = [where[1] for *_, where in rows]
+        n += len(rows)
+        got = [_run(d, frame, watermark) for d in (fast, slow)]
+        assert json.dumps(got[0], default=str) == json.dumps(got[1], default=str)
+        assert buckets.load(fast.state)[1] == buckets.load(slow.state)[1]
+        watermark = max(watermark, T0 + advance)
+
+
+def test_a_transaction_older_than_the_card_keeps_is_checked_by_its_amount_alone() -> None:
+    """Out of order by more than keep_ms behind the card's newest (possible when the
+    watermark delay is longer than that): no neighbour is left to compare it with, so only
+    the amount rule can fire, and nothing fails."""
+    th = Thresholds()
+    card = CardState()
+    assert card.evaluate(Txn("new", T0 + th.keep_ms + 1, 48.85, 2.35, 10.0, "Paris"),
+                         20.0, 5.0, th) == []
+    old = Txn("old", T0, 40.71, -74.0, 900.0, "New York")  # far away, and a huge amount
+    assert card.evaluate(old, 20.0, 5.0, th) == ["amount_anomaly"]
+    assert [t.txn_id for t in card.recent] == ["new"]

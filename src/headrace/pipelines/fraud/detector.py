@@ -25,7 +25,7 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 
-from headrace.pipelines.fraud.rules import CardState, Thresholds, Txn, score
+from headrace.pipelines.fraud.rules import CardState, Thresholds, Txn, anomalous, score
 from headrace.streaming import buckets
 from headrace.streaming.windows import BUCKET
 
@@ -83,25 +83,59 @@ class FraudDetector(StatefulProcessor):
             # one tuple per transaction: its position, time and _INPUT values
             txns = list(zip(range(len(batch)), batch[_MS].tolist(), *columns, strict=True))
             card_ids = columns[0]
+            lone = self._lone_allowed
             first = 0
             for i in range(1, len(batch) + 1):
                 if i == len(batch) or card_ids[i] != card_ids[first]:
-                    self._card(card_ids[first], txns[first:i], batch, cards, watermark, out)
+                    card_id = card_ids[first]
+                    if lone and i == first + 1 and card_id not in cards:
+                        self._lone(card_id, txns[first], batch, cards, watermark, out)
+                    else:
+                        self._card(card_id, txns[first:i], batch, cards, watermark, out)
                     first = i
         self._store(before, cards, watermark, timer)
         return self._frames(out)
+
+    @property
+    def _lone_allowed(self) -> bool:
+        """Whether a card's first transaction can raise only the amount anomaly: true
+        unless a threshold lets one transaction make a velocity or card-testing burst."""
+        return self.th.velocity_count > 1 and self.th.tiny_count > 1
+
+    def _lone(self, card_id: str, txn: tuple[Any, ...], batch: pd.DataFrame, cards: Cards,
+              watermark: int, out: list[tuple[Any, ...]]) -> None:
+        """``_card`` for the commonest case, a card without state and one transaction in
+        the batch: nothing for velocity, travel or card testing to compare it with, so the
+        amount rule alone decides, and the state is written as ``CardState`` would."""
+        _, t, _, txn_id, user_id, amount, city, lat, lon, mean, std = txn
+        if watermark > 0 and t < watermark - self.lateness:
+            self._late(card_id, txn, batch, watermark, out)
+            return
+        fired: dict[str, int] = {}
+        if anomalous(amount, mean, std, self.th):
+            fired["amount_anomaly"] = t
+            out.append(("alert", card_id, txn_id, user_id, t, amount, city, ["amount_anomaly"],
+                        score(["amount_anomaly"]), None, None))
+        cards[card_id] = ({"recent": [[txn_id, t, lat, lon, amount, city]], "fired": fired},
+                          t + self.th.keep_ms)
+
+    def _late(self, card_id: str, txn: tuple[Any, ...], batch: pd.DataFrame, watermark: int,
+              out: list[tuple[Any, ...]]) -> None:
+        i, t, _, txn_id, user_id, amount, city = txn[:7]
+        # a null double is NaN in a pandas row; the event's JSON says null
+        event = {k: None if isinstance(v, float) and v != v else v
+                 for k, v in batch.iloc[i].to_dict().items() if k not in (BUCKET, _MS)}
+        out.append(("late", card_id, txn_id, user_id, t, amount, city, None, None,
+                    watermark - t, json.dumps(event, default=str, sort_keys=True)))
 
     def _card(self, card_id: str, txns: list[tuple[Any, ...]], batch: pd.DataFrame,
               cards: Cards, watermark: int, out: list[tuple[Any, ...]]) -> None:
         stored = cards.get(card_id)
         card = CardState.from_json(stored[0]) if stored else CardState()
-        for i, t, _, txn_id, user_id, amount, city, lat, lon, mean, std in txns:
+        for txn in txns:
+            _, t, _, txn_id, user_id, amount, city, lat, lon, mean, std = txn
             if watermark > 0 and t < watermark - self.lateness:
-                # a null double is NaN in a pandas row; the event's JSON says null
-                event = {k: None if isinstance(v, float) and v != v else v
-                         for k, v in batch.iloc[i].to_dict().items() if k not in (BUCKET, _MS)}
-                out.append(("late", card_id, txn_id, user_id, t, amount, city, None, None,
-                            watermark - t, json.dumps(event, default=str, sort_keys=True)))
+                self._late(card_id, txn, batch, watermark, out)
                 continue
             reasons = card.evaluate(Txn(txn_id, t, lat, lon, amount, city), mean, std,
                                     self.th)

@@ -84,7 +84,7 @@ class CardState:
         reasons = [name for name, hit in (
             ("velocity", self._velocity(txn, th)),
             ("impossible_travel", self._travel(txn, th)),
-            ("amount_anomaly", _anomalous(txn.amount, mean, std, th)),
+            ("amount_anomaly", anomalous(txn.amount, mean, std, th)),
             ("card_testing", self._testing(txn, th)),
         ) if hit]
         out = []
@@ -108,6 +108,8 @@ class CardState:
         return False
 
     def _travel(self, txn: Txn, th: Thresholds) -> bool:
+        if txn not in self.recent:
+            return False  # older than what the card keeps behind its newest: no neighbour
         i = self.recent.index(txn)
         for j in (i - 1, i + 1):
             if 0 <= j < len(self.recent):
@@ -125,7 +127,7 @@ class CardState:
                    for s in (r.t for r in tiny))
 
 
-def _anomalous(amount: float, mean: float | None, std: float | None, th: Thresholds) -> bool:
+def anomalous(amount: float, mean: float | None, std: float | None, th: Thresholds) -> bool:
     if mean is None or std is None:
         return False
     return amount > mean + th.amount_sigmas * std and amount > th.amount_factor * mean

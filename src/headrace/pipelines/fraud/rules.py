@@ -108,9 +108,10 @@ class CardState:
         return False
 
     def _travel(self, txn: Txn, th: Thresholds) -> bool:
-        if txn not in self.recent:
+        try:
+            i = self.recent.index(txn)
+        except ValueError:
             return False  # older than what the card keeps behind its newest: no neighbour
-        i = self.recent.index(txn)
         for j in (i - 1, i + 1):
             if 0 <= j < len(self.recent):
                 a, b = sorted((self.recent[j], txn), key=lambda r: r.t)

@@ -17,7 +17,10 @@ Source options: ``kafka.bootstrap.servers``; one of ``subscribe``, ``subscribePa
 ``headrace.reader`` (``fetch``, the default over PLAINTEXT: raw Fetch requests decoded into
 Arrow columns by a compiled scan; ``librdkafka``: a librdkafka consumer per task, the path
 for TLS/SASL). Columns: key, value, topic, partition, offset, timestamp,
-timestampType[, headers].
+timestampType[, headers]. A schema declared on the reader naming some of them, in any order
+(``spark.read.format("headrace").schema("value binary")``), reads only those: the others
+are neither decoded nor sent to the JVM (the Python Data Source API cannot prune columns by
+itself). Spark's connector refuses a declared schema.
 
 Sink options: ``kafka.bootstrap.servers``, ``topic`` (or a topic column), ``delivery``
 (``exactly-once`` by default, or ``at-least-once``), ``kafka.*``. Columns: value

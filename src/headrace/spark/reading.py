@@ -1,7 +1,8 @@
 """Reading one offset range of one partition on an executor, as Arrow record batches.
 
-This is the task side of the source: ``read_range`` runs inside a Spark task, opens a real
-Kafka consumer (librdkafka) assigned to one partition, and yields rows for offsets in
+This is the task side of the source: ``read_range`` runs inside a Spark task, fetches one
+partition from its leader (raw Fetch requests, or a librdkafka consumer on the TLS/SASL
+path), and yields the columns the read selected (``select_columns``) for offsets in
 ``[start, end)`` — fewer rows than offsets where the log has gaps (compaction, transaction
 markers, aborted records under read_committed). It blocks until ``end`` is reached, or
 raises after ``pollTimeoutMs`` without progress. It commits nothing: Spark's checkpoint

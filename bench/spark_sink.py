@@ -203,8 +203,8 @@ def notes(args: argparse.Namespace) -> list[str]:
         f"(maxFilesPerTrigger={args.files_per_batch}), Trigger.AvailableNow, timed from "
         "start() to the end of the query",
         "sink producer settings (the connector's own): linger.ms=5, batch.num.messages=10000, "
-        "lz4, acks=all, idempotent, enable.sparse.connections=false; exactly-once adds a "
-        "transaction per task and the marker offset commit",
+        "lz4, acks=all, idempotent; exactly-once adds a transaction per task (with "
+        "enable.sparse.connections=false) and the marker offset commit",
         "SparkSession local[2], 2 cores shared with the broker; a batch and a streaming "
         f"write of 20,000 rows per mode first as warm-up; median of {args.runs} runs, modes alternating; every run's output "
         "counted with a read_committed consumer",

@@ -177,13 +177,16 @@ def _produce_all(producer: Producer, opts: SinkOptions, batches: Iterator[pa.Rec
     return n
 
 
-def _producer_config(opts: SinkOptions, delivery: _Delivery) -> dict[str, Any]:
-    # enable.sparse.connections=false: librdkafka connects to the brokers it learns from
-    # the bootstrap metadata at once, not when a request needs one; the producer id an
-    # idempotent or transactional producer must get first otherwise waits for a reconnect
-    # backoff or its 500 ms PID timer. init_transactions: 54 ms (up to 500) -> 2.5 ms here.
+def _producer_config(opts: SinkOptions, delivery: _Delivery,
+                     eager: bool = False) -> dict[str, Any]:
+    """``eager``: for a producer that lives one task. librdkafka then connects to the
+    brokers it learns from the bootstrap metadata at once (``enable.sparse.connections=
+    false``), not when a request needs one; the producer id a transactional producer must
+    get first otherwise waits for a reconnect backoff or its 500 ms PID timer
+    (init_transactions: 54 ms, sometimes 500, -> 2.5 ms here). A long-lived producer keeps
+    sparse connections, so it does not hold idle ones (and log their failures)."""
     return {"linger.ms": 5, "batch.num.messages": 10_000, "compression.type": "lz4",
-            "enable.sparse.connections": False, **opts.client_configs, "bootstrap.servers": opts.bootstrap_servers,
+            **({"enable.sparse.connections": False} if eager else {}), **opts.client_configs, "bootstrap.servers": opts.bootstrap_servers,
             "enable.idempotence": True, "acks": "all", "on_delivery": delivery}
 
 
@@ -216,7 +219,8 @@ def write_exactly_once(opts: SinkOptions, batches: Iterator[pa.RecordBatch], wri
     txn_id = f"headrace-sink-{write_id}-{partition}"
     delivery = _Delivery()
     producer = Producer({"transaction.timeout.ms": TXN_TIMEOUT_MS,
-                         **_producer_config(opts, delivery), "transactional.id": txn_id})
+                         **_producer_config(opts, delivery, eager=True),
+                         "transactional.id": txn_id})
     marker = Consumer({**opts.client_configs, "bootstrap.servers": opts.bootstrap_servers,
                        "group.id": txn_id, "enable.auto.commit": False,
                        "isolation.level": "read_committed"})

@@ -92,8 +92,7 @@ def select_columns(opts: SourceOptions, schema: StructType) -> SourceOptions:
         if not f.nullable:
             raise OptionError(f"column {f.name!r} must be declared nullable, as the "
                               "source's columns are")
-    full = ARROW_SCHEMA_HEADERS if opts.include_headers else ARROW_SCHEMA
-    if names == full.names:
+    if names == output_schema(opts).names:  # the source's own: every column
         return opts
     return replace(opts, columns=tuple(names))
 
@@ -314,8 +313,9 @@ def _column(name: str, cols: columnar.Columns, topic: pa.Scalar, partition: pa.S
         return pa.repeat(topic if name == "topic" else partition, len(cols))
     if name == "timestamp":
         return pc.multiply(cols.timestamp_ms, 1000).cast(pa.timestamp("us", tz="UTC"))
-    field = {"timestampType": "timestamp_type"}.get(name, name)
-    column: pa.Array | None = getattr(cols, field)
+    if name == "timestampType":
+        return cols.timestamp_type
+    column: pa.Array | None = getattr(cols, name)  # key, value, offset, headers
     return column
 
 

@@ -185,8 +185,11 @@ def _producer_config(opts: SinkOptions, delivery: _Delivery,
     get first otherwise waits for a reconnect backoff or its 500 ms PID timer
     (init_transactions: 54 ms, sometimes 500, -> 2.5 ms here). A long-lived producer keeps
     sparse connections, so it does not hold idle ones (and log their failures)."""
-    return {"linger.ms": 5, "batch.num.messages": 10_000, "compression.type": "lz4",
-            **({"enable.sparse.connections": False} if eager else {}), **opts.client_configs, "bootstrap.servers": opts.bootstrap_servers,
+    defaults: dict[str, Any] = {"linger.ms": 5, "batch.num.messages": 10_000,
+                                "compression.type": "lz4"}
+    if eager:
+        defaults["enable.sparse.connections"] = False
+    return {**defaults, **opts.client_configs, "bootstrap.servers": opts.bootstrap_servers,
             "enable.idempotence": True, "acks": "all", "on_delivery": delivery}
 
 

@@ -106,7 +106,7 @@ class FraudDetector(StatefulProcessor):
               watermark: int, out: list[tuple[Any, ...]]) -> None:
         """``_card`` for the commonest case, a card without state and one transaction in
         the batch: nothing for velocity, travel or card testing to compare it with, so the
-        amount rule alone decides, and the state is written as ``CardState`` would."""
+        amount rule alone decides, and its ``CardState`` holds just this transaction."""
         _, t, _, txn_id, user_id, amount, city, lat, lon, mean, std = txn
         if watermark > 0 and t < watermark - self.lateness:
             self._late(card_id, txn, batch, watermark, out)
@@ -116,8 +116,8 @@ class FraudDetector(StatefulProcessor):
             fired["amount_anomaly"] = t
             out.append(("alert", card_id, txn_id, user_id, t, amount, city, ["amount_anomaly"],
                         score(["amount_anomaly"]), None, None))
-        cards[card_id] = ({"recent": [[txn_id, t, lat, lon, amount, city]], "fired": fired},
-                          t + self.th.keep_ms)
+        card = CardState([Txn(txn_id, t, lat, lon, amount, city)], fired)
+        cards[card_id] = (card.to_json(), t + self.th.keep_ms)
 
     def _late(self, card_id: str, txn: tuple[Any, ...], batch: pd.DataFrame, watermark: int,
               out: list[tuple[Any, ...]]) -> None:

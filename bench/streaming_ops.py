@@ -25,6 +25,10 @@ dropped).
      spread over the event time);
    - ``temporal_join``: the same, each event joined with the version valid at its time
      (watermark 10 s);
+   - ``table_join``: the events as a changelog of orders (primary key = the event key, so
+     a key seen again is an update) joined with the table as products: an order's product
+     is a hash of its key and amount over the ``--keys`` products, so nearly every update
+     moves the order to another product;
    - ``interval_join``: Spark's native stream-stream join (events with one payment per
      second event on the same key 0-60 s later; watermarks 10 s);
    - ``detector``: the fraud pipeline's per-card detector (its four rules, default
@@ -68,7 +72,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from report import BENCHMARKS_MD, environment_lines, fmt_float, fmt_int, publish, table
 
 OPERATORS = ("source", "tumbling", "hopping", "session", "sliding", "latest_join",
-             "temporal_join", "interval_join", "detector")
+             "temporal_join", "table_join", "interval_join", "detector")
 WINDOW_OPERATORS = OPERATORS[1:5]
 T0 = 1_700_000_000_000 - 1_700_000_000_000 % 3_600_000  # an hour boundary, epoch ms
 DISORDER_MS = 2_000
@@ -200,7 +204,7 @@ def build(op: str, src: Sources, topics: dict[str, str]) -> Any:
     from pyspark.sql import functions as F
 
     from headrace.streaming import count, hopping, session, sliding, sum_of, tumbling, windowed
-    from headrace.streaming.joins import interval_join, latest_join, temporal_join
+    from headrace.streaming.joins import interval_join, latest_join, table_join, temporal_join
 
     ev = src.read(topics["events"], EVENT_SCHEMA, "k", "amount", "event_time")
     if op == "source":
@@ -218,6 +222,12 @@ def build(op: str, src: Sources, topics: dict[str, str]) -> Any:
                       F.col("event_time").alias("valid_at"))
         return temporal_join(ev, tb, on=["k"], event_time="event_time", valid_from="valid_at",
                              watermark="10 seconds")
+    if op == "table_join":
+        keys = int(topics["keys"])
+        product = F.pmod(F.xxhash64("k", "amount"), F.lit(keys)).cast("string")
+        orders = ev.select("k", "amount", F.concat(F.lit("k"), product).alias("p"))
+        products = src.read(topics["table"], TABLE_SCHEMA, F.col("k").alias("p"), "price")
+        return table_join(orders, products, on=["p"], left_key="k")
     if op == "interval_join":
         pay = src.read(topics["payments"], PAYMENT_SCHEMA, "k", "paid",
                        F.col("event_time").alias("paid_at"))
@@ -420,11 +430,12 @@ def main(argv: list[str] | None = None) -> int:
             topics = {"events": "events", "table": "table", "payments": "payments",
                       "late": "late", "warm": "warm"}
             create_topics(bs, topics.values())
+            topics["keys"] = str(args.keys)
             t = time.perf_counter()
             produce(bs, "warm", events(2_000, 100, args.rate, seed=9))
             if ops:
                 produce(bs, "events", events(args.events, args.keys, args.rate))
-            if {"latest_join", "temporal_join"} & set(ops):
+            if {"latest_join", "temporal_join", "table_join"} & set(ops):
                 produce(bs, "table", table_rows(args.keys, args.events, args.rate))
             if "interval_join" in ops:
                 produce(bs, "payments", payments(args.events, args.keys, args.rate))
@@ -529,6 +540,9 @@ def notes(args: argparse.Namespace, elapsed: float, runs: list[Run],
         "windowed: count + sum, watermark 10 s, no allowed lateness; tumbling 1 min, "
         "hopping 1 min / 20 s, session gap 30 s, sliding 1 min (one window per event). "
         "latest/temporal join: one table row per key over the same event-time span; "
+        "table join: the events as orders (primary key = the event key) joined with the "
+        "table as products, an order's product a hash of its key and amount (so an update "
+        "moves it); "
         "interval join: Spark's native join, a payment 0-60 s after every second event; "
         "detector: the fraud pipeline's per-card detector, each event a transaction of "
         "card = user = its key, one city, a fixed profile",

@@ -4,6 +4,7 @@ table-table updates, and interval joins (when outer rows come out)."""
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -280,3 +281,39 @@ def test_table_join_follows_a_changed_foreign_key(spark: SparkSession, broker: E
         ("p1", "o2", 1, 11.0)]
     assert view(steps.run({"products": [{"k": "p2", "ts": 3, "price": 21.0}]})) == [
         ("p2", "o1", 3, 21.0)]
+
+
+def test_table_join_matches_a_model_over_many_orders(spark: SparkSession,
+                                                     broker: EmbeddedBroker, topic_name: str,
+                                                     tmp_path: Path) -> None:
+    """Many orders sharing few buckets, moved between products and repriced at random over
+    several micro-batches: each batch emits exactly the view rows it changes, as a model
+    of the view says (the updated orders, and every order of a repriced product)."""
+    rng = random.Random(7)
+    steps = StepRunner(
+        spark, broker, {"orders": topic_name + "-o", "products": topic_name + "-p"},
+        {"orders": "k string, ts long, order_id string, qty long",
+         "products": "k string, ts long, price double"},
+        lambda s: table_join(s["orders"].select("k", "order_id", "qty"),
+                             s["products"].select("k", "price"), on=["k"],
+                             left_key="order_id", buckets=3),
+        tmp_path / "cp")
+    products = [f"p{i}" for i in range(8)]
+    view: dict[str, tuple[str, int]] = {}  # order -> (product, qty)
+    prices: dict[str, float] = {}
+    for step in range(4):
+        repriced = rng.sample(products, 3)
+        for p in repriced:
+            prices[p] = float(rng.randrange(100, 999))
+        orders = [{"k": rng.choice(products), "ts": step, "order_id": f"o{rng.randrange(60)}",
+                   "qty": rng.randrange(1, 9)} for _ in range(50)]
+        for o in orders:  # the last row of an order wins
+            view[o["order_id"]] = (o["k"], o["qty"])
+        changed = {o["order_id"] for o in orders} | {
+            order for order, (p, _) in view.items() if p in repriced}
+        expected = sorted((o, view[o][0], view[o][1], prices.get(view[o][0])) for o in changed)
+        # one partition per topic: a product's price and an order's changes keep their order
+        out = steps.run({"products": [{"k": p, "ts": step, "price": prices[p]}
+                                      for p in repriced], "orders": orders})
+        assert sorted((r["left"]["order_id"], r["k"], r["left"]["qty"],
+                       r["right"] and r["right"]["price"]) for r in out) == expected, step

@@ -35,14 +35,12 @@ only).
 from __future__ import annotations
 
 import datetime as dt
-import json
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
-from pyspark.sql import Column, DataFrame, Row
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import (
     ExpiredTimerInfo,
@@ -67,9 +65,7 @@ from headrace.streaming.errors import SpecError, StreamingError
 from headrace.streaming.timeutil import duration_ms
 from headrace.streaming.windows import BUCKET, DEFAULT_BUCKETS, with_spark_watermark
 
-_ONE_STRING = StructType([StructField("v", StringType())])
 # table_join's change marker on left rows: an upsert, or "moved away to another join key"
-_OP = "__op"
 _UPSERT = "U"
 _MOVED_AWAY = "D"
 
@@ -117,6 +113,9 @@ _PK = "headrace__pk"  # table mode: the left row's primary key as JSON
 _LEFT_OP = "headrace__op"  # table mode: _UPSERT or _MOVED_AWAY
 _VALID_FROM = "headrace__valid_from"
 _INPUT = (_KEY, _T, _SIDE, _LEFT, _RIGHT, _PK, _LEFT_OP)
+_KEY_BUCKET = "headrace__bucket"  # table mode: the join key's bucket, from the tracker
+# table mode: what the tracker emits (the left side of the union but its constant columns)
+_TRACKED = (_KEY, _LEFT, _PK, _LEFT_OP, _KEY_BUCKET)
 # Lossless both ways for every type Spark's JSON functions take (timestamps to the µs).
 _JSON = {"ignoreNullFields": "false", "timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
          "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"}
@@ -143,20 +142,21 @@ def _check_json_safe(side: str, schema: StructType) -> None:
     walk(schema, "")
 
 
+def _key_bucket(key: list[str], n: int) -> Column:
+    """The bucket of a join key: equal keys, equal bucket, on both sides of a join."""
+    return F.pmod(F.xxhash64(*key), F.lit(n))
+
+
 def _tagged(df: DataFrame, side: str, key: list[str], time_col: str | None,
-            pk: str | None) -> DataFrame:
-    """One side of the union: the join key columns (for the bucket), then ``_INPUT``."""
+            n: int) -> DataFrame:
+    """One side of the union: ``_INPUT`` and the join key's bucket (``BUCKET``)."""
     t = (F.col(time_col).cast("double") * 1000).cast("long") if time_col else F.lit(0)
     none = F.lit(None).cast("string")
-    own = _as_json([c for c in df.columns if c != _OP])
-    if side == "L" and pk is not None:
-        pk_col, op = _as_json([pk]), F.col(_OP)
-    else:
-        pk_col, op = none, none
-    return df.select(*[F.col(k) for k in key], _as_json(key).alias(_KEY), t.alias(_T),
-                     F.lit(side).alias(_SIDE), (own if side == "L" else none).alias(_LEFT),
-                     (own if side == "R" else none).alias(_RIGHT), pk_col.alias(_PK),
-                     op.alias(_LEFT_OP))
+    own = _as_json(df.columns)
+    return df.select(_as_json(key).alias(_KEY), t.alias(_T), F.lit(side).alias(_SIDE),
+                     (own if side == "L" else none).alias(_LEFT),
+                     (own if side == "R" else none).alias(_RIGHT), none.alias(_PK),
+                     none.alias(_LEFT_OP), _key_bucket(key, n).alias(BUCKET))
 
 
 class _JoinProcessor(StatefulProcessor):
@@ -328,45 +328,55 @@ class _JoinProcessor(StatefulProcessor):
         out.extend((left, current, None, None) for left in touched.values())
 
 
-def _dumps(d: Any) -> str:
-    return json.dumps(d, default=lambda v: v.isoformat() if hasattr(v, "isoformat") else str(v))
-
-
 class _ForeignKeyTracker(StatefulProcessor):
-    """First stage of ``table_join``, grouped by the left table's primary key: remembers
-    each left row's join key and, when a micro-batch changes it, sends a ``moved away``
-    row to the old join key (which drops the left row from its state) before the upsert
-    to the new one. Within a batch the last row of a primary key wins."""
-
-    def __init__(self, on: tuple[str, ...]) -> None:
-        self.on = on
+    """First stage of ``table_join``, grouped by a bucket of the left table's primary keys,
+    on the pandas flavour (rows as JSON text, as in ``_JoinProcessor``): remembers each
+    left row's join key (its JSON text and bucket) and, when a micro-batch changes it,
+    sends a ``moved away`` row to the old join key (which drops the left row from its
+    state) before the upsert to the new one. Within a batch the last row of a primary key
+    wins. One pickled value per bucket: ``{primary key: (join key, join key's bucket)}``."""
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        self.join_key = handle.getValueState("join_key", _ONE_STRING)
+        self.handle = handle
+        self.bucket = handle.getValueState("bucket", buckets.VALUE_SCHEMA)
 
-    def handleInputRows(self, key: Any, rows: Iterator[Row],
-                        timerValues: TimerValues) -> Iterator[Row]:
-        tail = deque(rows, maxlen=1)  # the batch's last row is the current one
-        if not tail:
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
+                        timerValues: TimerValues) -> Iterator[pd.DataFrame]:
+        before, known, _ = buckets.load(self.bucket)
+        latest: dict[str, tuple[str, str, int]] = {}
+        for frame in rows:
+            for pk, k, left, kb in zip(*(frame[c].tolist()
+                                         for c in (_PK, _KEY, _LEFT, _KEY_BUCKET)),
+                                       strict=True):
+                latest[pk] = (k, left, kb)
+        out: list[tuple[str, str | None, str, str, int]] = []
+        for pk, (k, left, kb) in latest.items():
+            old = known.get(pk)
+            if old is not None and old[0] != k:
+                out.append((old[0], None, pk, _MOVED_AWAY, old[1]))
+            known[pk] = (k, kb)
+            out.append((k, left, pk, _UPSERT, kb))
+        buckets.store(self.handle, self.bucket, before, known, None, None)
+        if not out:
             return iter(())
-        row = tail[0].asDict()
-        new_key = _dumps([row[c] for c in self.on])
-        out: list[Row] = []
-        if self.join_key.exists():
-            old_key = self.join_key.get()
-            assert old_key is not None
-            if old_key[0] != new_key:
-                moved = dict(row, **dict(zip(self.on, json.loads(old_key[0]), strict=True)))
-                out.append(Row(**moved, **{_OP: _MOVED_AWAY}))
-        self.join_key.update((new_key,))
-        out.append(Row(**row, **{_OP: _UPSERT}))
-        return iter(out)
+        columns = zip(*out, strict=True)
+        return iter([pd.DataFrame(dict(zip(_TRACKED, columns, strict=True)))])
 
 
-def _track_foreign_keys(left: DataFrame, on: list[str], left_key: str) -> DataFrame:
-    schema = StructType([*left.schema.fields, StructField(_OP, StringType())])
-    return left.groupBy(left_key).transformWithState(
-        _ForeignKeyTracker(tuple(on)), schema, "Append", "None")
+def _track_foreign_keys(left: DataFrame, on: list[str], left_key: str, n: int) -> DataFrame:
+    """The left side of ``table_join``'s union (``_tagged``'s columns), after the tracker."""
+    schema = StructType([StructField(_KEY, StringType()), StructField(_LEFT, StringType()),
+                         StructField(_PK, StringType()), StructField(_LEFT_OP, StringType()),
+                         StructField(_KEY_BUCKET, LongType())])
+    tracked = left.select(_as_json([left_key]).alias(_PK), _as_json(on).alias(_KEY),
+                          _as_json(left.columns).alias(_LEFT),
+                          _key_bucket(on, n).alias(_KEY_BUCKET),
+                          _key_bucket([left_key], n).alias(BUCKET)) \
+        .groupBy(BUCKET).transformWithStateInPandas(
+            _ForeignKeyTracker(), schema, "Append", "None")
+    none = F.lit(None).cast("string")
+    return tracked.select(_KEY, F.lit(0).alias(_T), F.lit("L").alias(_SIDE), _LEFT,
+                          none.alias(_RIGHT), _PK, _LEFT_OP, F.col(_KEY_BUCKET).alias(BUCKET))
 
 
 def _join(left: DataFrame, right: DataFrame, spec: _JoinSpec, left_time: str | None,
@@ -379,17 +389,20 @@ def _join(left: DataFrame, right: DataFrame, spec: _JoinSpec, left_time: str | N
         missing = [k for k in key if k not in df.columns]
         if missing:
             raise SpecError(f"join key {missing} is not in the {side} stream")
-    # the left struct as the user sees it (without table_join's internal change marker)
-    left_schema = StructType([f for f in left.schema.fields if f.name != _OP])
+    left_schema = StructType(list(left.schema.fields))
     right_schema = StructType(list(right.schema.fields))
     _check_json_safe("left", left_schema)
     _check_json_safe("right", right_schema)
-    union = _tagged(left, "L", key, left_time, spec.left_pk).unionByName(
-        _tagged(right, "R", key, right_time, None))
+    if spec.left_pk is not None:
+        if spec.left_pk not in left.columns:
+            raise SpecError(f"left_key {spec.left_pk!r} is not in the left stream")
+        tagged = _track_foreign_keys(left, key, spec.left_pk, buckets)
+    else:
+        tagged = _tagged(left, "L", key, left_time, buckets)
+    union = tagged.unionByName(_tagged(right, "R", key, right_time, buckets))
     schema = StructType([StructField(_LEFT, StringType()), StructField(_RIGHT, StringType())])
     if spec.mode == "temporal":
         schema = schema.add(_VALID_FROM, LongType()).add("late", BooleanType())
-    union = union.withColumn(BUCKET, F.pmod(F.xxhash64(*key), F.lit(buckets)))
     time_mode = "None"
     if watermark is not None:
         union = with_spark_watermark(union.withColumn("__wm", F.timestamp_millis(F.col(_T))),
@@ -440,5 +453,4 @@ def table_join(left: DataFrame, right: DataFrame, *, on: list[str],
     last row of a ``left_key`` wins: produce ``left`` keyed by ``left_key`` so its changes
     keep their order."""
     spec = _JoinSpec("table", tuple(on), left_key)
-    tracked = _track_foreign_keys(left, on, left_key)
-    return _join(tracked, right, spec, None, None, None, [], buckets)
+    return _join(left, right, spec, None, None, None, [], buckets)

@@ -10,6 +10,7 @@ per bucket keep that to a few calls per bucket and micro-batch, whatever the key
 
 from __future__ import annotations
 
+import io
 import pickle
 from typing import Any
 
@@ -41,6 +42,17 @@ def store(handle: StatefulProcessorHandle, state: Any, before: bytes | None,
         if before is not None:
             state.clear()
         return
-    after = pickle.dumps((keys, wanted), protocol=pickle.HIGHEST_PROTOCOL)
+    after = _dumps((keys, wanted))
     if after != before:
         state.update((after,))
+
+
+def _dumps(value: Any) -> bytes:
+    """``pickle.dumps`` without the memo (``Pickler.fast``): a third of the time for a
+    bucket of many small keys. The state is a tree (no object refers to itself), and an
+    object it holds twice comes back as two equal copies, which no processor tells apart."""
+    out = io.BytesIO()
+    pickler = pickle.Pickler(out, protocol=pickle.HIGHEST_PROTOCOL)
+    pickler.fast = True
+    pickler.dump(value)
+    return out.getvalue()

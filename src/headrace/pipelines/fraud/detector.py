@@ -25,7 +25,13 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 
-from headrace.pipelines.fraud.rules import CardState, Thresholds, Txn, anomalous, score
+from headrace.pipelines.fraud.rules import (
+    CardState,
+    Thresholds,
+    Txn,
+    anomalous,
+    score,
+)
 from headrace.streaming import buckets
 from headrace.streaming.windows import BUCKET
 
@@ -38,10 +44,26 @@ _OUTPUT = ("kind", "card_id", "txn_id", "user_id", "event_time", "amount", "city
 _INPUT = ("card_id", "txn_id", "user_id", "amount", "city", "lat", "lon", "avg_amount",
           "std_amount")
 
-_MS = "headrace__ms"  # event time in epoch ms, added to the batch
 
-# card id -> (CardState.to_json(), the watermark at which the card's state is dropped)
-Cards = dict[str, tuple[dict[str, Any], int]]
+# card id -> (the watermark at which the card's state is dropped, *CardState.to_stored())
+Cards = dict[str, tuple[Any, ...]]
+
+
+def _epoch_ms(times: pd.Series) -> np.ndarray:
+    """A datetime column (naive or with a zone) as epoch milliseconds, as numpy casts them
+    (without making a Timestamp object per row, as ``to_numpy`` does for a zoned one)."""
+    raw = np.asarray(times.array.asi8)
+    ms: np.ndarray = raw.view(f"datetime64[{times.dt.unit}]").astype("datetime64[ms]")
+    return ms.view("int64")
+
+
+def _values(column: pd.Series) -> list[Any]:
+    """A column's values as Python objects, None for a null (pandas has NaN for some)."""
+    values: list[Any] = column.tolist()
+    if column.hasnans:
+        return [None if null else v
+                for v, null in zip(values, column.isna().tolist(), strict=True)]
+    return values
 
 
 class FraudDetector(StatefulProcessor):
@@ -60,39 +82,52 @@ class FraudDetector(StatefulProcessor):
                registered: int | None) -> None:
         """Drop the cards whose time is up, write the bucket back, and keep its one timer
         at the earliest expiry left."""
-        for card_id in [c for c, (_, expires) in cards.items() if expires <= watermark]:
+        dead: list[str] = []
+        wanted: int | None = None
+        for card_id, stored in cards.items():
+            expires = stored[0]
+            if expires <= watermark:
+                dead.append(card_id)
+            elif wanted is None or expires < wanted:
+                wanted = expires
+        for card_id in dead:
             del cards[card_id]
-        wanted = min((expires for _, expires in cards.values()), default=None)
         buckets.store(self.handle, self.state, before, cards, registered, wanted)
+
+    def _load(self) -> tuple[bytes | None, Cards, int | None]:
+        """The bucket, its cards in today's form (a bucket written before 2026-11-26 held
+        ``(state as a dict, expiry)`` per card)."""
+        before, cards, timer = buckets.load(self.state)
+        if cards and isinstance(next(iter(cards.values()))[0], dict):
+            cards = {c: (expires, *CardState.from_stored(d).to_stored())
+                     for c, (d, expires) in cards.items()}
+        return before, cards, timer
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
                         timerValues: TimerValues) -> Iterator[pd.DataFrame]:
         watermark = timerValues.getCurrentWatermarkInMs()
-        before, cards, timer = buckets.load(self.state)
+        before, cards, timer = self._load()
         frames = [f for f in rows if len(f)]
         out: list[tuple[Any, ...]] = []
         if frames:
             batch = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-            batch = batch.assign(**{_MS: batch["event_time"].to_numpy()
-                                    .astype("datetime64[ms]").astype("int64")})
-            # a card's transactions in event-time order (ties by id), cards one after another
-            batch = batch.sort_values(["card_id", _MS, "txn_id"], kind="stable",
-                                      ignore_index=True)
-            columns = [batch[c].astype(object).where(batch[c].notna(), None).tolist()
-                       for c in _INPUT]
+            columns = [_values(batch[c]) for c in _INPUT]
             # one tuple per transaction: its position, time and _INPUT values
-            txns = list(zip(range(len(batch)), batch[_MS].tolist(), *columns, strict=True))
+            txns = list(zip(range(len(batch)), _epoch_ms(batch["event_time"]).tolist(),
+                            *columns, strict=True))
             card_ids = columns[0]
-            lone = self._lone_allowed
-            first = 0
-            for i in range(1, len(batch) + 1):
-                if i == len(batch) or card_ids[i] != card_ids[first]:
-                    card_id = card_ids[first]
-                    if lone and i == first + 1 and card_id not in cards:
-                        self._lone(card_id, txns[first], batch, cards, watermark, out)
-                    else:
-                        self._card(card_id, txns[first:i], batch, cards, watermark, out)
-                    first = i
+            rest = np.ones(len(batch), dtype=bool)
+            if self._lone_allowed:
+                once = np.flatnonzero(~batch["card_id"].duplicated(keep=False).to_numpy())
+                first = [i for i in once.tolist() if card_ids[i] not in cards]
+                self._first(first, txns, batch, cards, watermark, out)
+                rest[first] = False
+            by_card: dict[str, list[tuple[Any, ...]]] = {}
+            for i in np.flatnonzero(rest).tolist():
+                by_card.setdefault(card_ids[i], []).append(txns[i])
+            for card_id, mine in by_card.items():
+                mine.sort(key=lambda txn: (txn[1], txn[3]))  # event-time order, ties by id
+                self._card(card_id, mine, batch, cards, watermark, out)
         self._store(before, cards, watermark, timer)
         return self._frames(out)
 
@@ -102,36 +137,40 @@ class FraudDetector(StatefulProcessor):
         unless a threshold lets one transaction make a velocity or card-testing burst."""
         return self.th.velocity_count > 1 and self.th.tiny_count > 1
 
-    def _lone(self, card_id: str, txn: tuple[Any, ...], batch: pd.DataFrame, cards: Cards,
-              watermark: int, out: list[tuple[Any, ...]]) -> None:
-        """``_card`` for the commonest case, a card without state and one transaction in
-        the batch: nothing for velocity, travel or card testing to compare it with, so the
-        amount rule alone decides, and its ``CardState`` holds just this transaction."""
-        _, t, _, txn_id, user_id, amount, city, lat, lon, mean, std = txn
-        if watermark > 0 and t < watermark - self.lateness:
-            self._late(card_id, txn, batch, watermark, out)
-            return
-        fired: dict[str, int] = {}
-        if anomalous(amount, mean, std, self.th):
-            fired["amount_anomaly"] = t
-            out.append(("alert", card_id, txn_id, user_id, t, amount, city, ["amount_anomaly"],
-                        score(["amount_anomaly"]), None, None))
-        card = CardState([Txn(txn_id, t, lat, lon, amount, city)], fired)
-        cards[card_id] = (card.to_json(), t + self.th.keep_ms)
+    def _first(self, positions: list[int], txns: list[tuple[Any, ...]], batch: pd.DataFrame,
+               cards: Cards, watermark: int, out: list[tuple[Any, ...]]) -> None:
+        """``_card`` for the commonest case, cards without state and with one transaction
+        in the batch: nothing for velocity, travel or card testing to compare it with, so
+        the amount rule alone decides, and the card's state (``CardState.to_stored``)
+        holds just this transaction."""
+        keep = self.th.keep_ms
+        late_before = watermark - self.lateness if watermark > 0 else None
+        for i in positions:
+            txn = txns[i]
+            _, t, card_id, txn_id, user_id, amount, city, lat, lon, mean, std = txn
+            if late_before is not None and t < late_before:
+                self._late(card_id, txn, batch, watermark, out)
+                continue
+            fired = None
+            if anomalous(amount, mean, std, self.th):
+                fired = {"amount_anomaly": t}
+                out.append(("alert", card_id, txn_id, user_id, t, amount, city,
+                            ["amount_anomaly"], score(["amount_anomaly"]), None, None))
+            cards[card_id] = (t + keep, fired, txn_id, t, lat, lon, amount, city)
 
     def _late(self, card_id: str, txn: tuple[Any, ...], batch: pd.DataFrame, watermark: int,
               out: list[tuple[Any, ...]]) -> None:
         i, t, _, txn_id, user_id, amount, city = txn[:7]
         # a null double is NaN in a pandas row; the event's JSON says null
         event = {k: None if isinstance(v, float) and v != v else v
-                 for k, v in batch.iloc[i].to_dict().items() if k not in (BUCKET, _MS)}
+                 for k, v in batch.iloc[i].to_dict().items() if k != BUCKET}
         out.append(("late", card_id, txn_id, user_id, t, amount, city, None, None,
                     watermark - t, json.dumps(event, default=str, sort_keys=True)))
 
     def _card(self, card_id: str, txns: list[tuple[Any, ...]], batch: pd.DataFrame,
               cards: Cards, watermark: int, out: list[tuple[Any, ...]]) -> None:
         stored = cards.get(card_id)
-        card = CardState.from_json(stored[0]) if stored else CardState()
+        card = CardState.from_stored(stored[1:]) if stored else CardState()
         for txn in txns:
             _, t, _, txn_id, user_id, amount, city, lat, lon, mean, std = txn
             if watermark > 0 and t < watermark - self.lateness:
@@ -143,7 +182,7 @@ class FraudDetector(StatefulProcessor):
                 out.append(("alert", card_id, txn_id, user_id, t, amount, city, reasons,
                             score(reasons), None, None))
         if card.recent:
-            cards[card_id] = (card.to_json(), card.recent[-1].t + self.th.keep_ms)
+            cards[card_id] = (card.recent[-1].t + self.th.keep_ms, *card.to_stored())
 
     @staticmethod
     def _frames(out: list[tuple[Any, ...]]) -> Iterator[pd.DataFrame]:
@@ -158,7 +197,7 @@ class FraudDetector(StatefulProcessor):
 
     def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
                            expiredTimerInfo: ExpiredTimerInfo) -> Iterator[pd.DataFrame]:
-        before, cards, _ = buckets.load(self.state)
+        before, cards, _ = self._load()
         # The timer that fired was the bucket's only one, and it is gone.
         self._store(before, cards, timerValues.getCurrentWatermarkInMs(), None)
         return iter(())

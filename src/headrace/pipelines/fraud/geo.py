@@ -88,6 +88,8 @@ def speed_kmh(lat1: float, lon1: float, t1_ms: int, lat2: float, lon2: float,
               t2_ms: int) -> float:
     """Implied travel speed between two located instants; ``inf`` if they are simultaneous
     and apart, 0.0 if simultaneous and at the same point."""
+    if lat1 == lat2 and lon1 == lon2:
+        return 0.0  # what the formula gives for one point, without the trigonometry
     km = haversine_km(lat1, lon1, lat2, lon2)
     hours = abs(t2_ms - t1_ms) / 3_600_000
     if hours == 0:

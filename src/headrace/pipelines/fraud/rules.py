@@ -17,7 +17,8 @@ burst gives one alert, not one per transaction. The state keeps 15 minutes of ev
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from itertools import chain
+from typing import Any, NamedTuple
 
 from headrace.pipelines.fraud.geo import speed_kmh
 
@@ -41,8 +42,7 @@ WEIGHTS = {"velocity": 0.7, "impossible_travel": 0.9, "amount_anomaly": 0.6,
            "card_testing": 0.8}
 
 
-@dataclass(frozen=True)
-class Txn:
+class Txn(NamedTuple):
     txn_id: str
     t: int
     lat: float
@@ -50,12 +50,11 @@ class Txn:
     amount: float
     city: str
 
-    def to_list(self) -> list[Any]:
-        return [self.txn_id, self.t, self.lat, self.lon, self.amount, self.city]
 
-    @classmethod
-    def from_list(cls, v: list[Any]) -> Txn:
-        return cls(str(v[0]), int(v[1]), float(v[2]), float(v[3]), float(v[4]), str(v[5]))
+# A card's state as the detector stores it, flat (few objects to pickle): when each rule
+# last fired (None for none), then the fields of each recent ``Txn``, oldest first.
+StoredCard = tuple[Any, ...]
+_TXN_FIELDS = len(Txn._fields)
 
 
 @dataclass
@@ -65,22 +64,33 @@ class CardState:
     recent: list[Txn] = field(default_factory=list)
     fired: dict[str, int] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
-        return {"recent": [t.to_list() for t in self.recent], "fired": self.fired}
+    def to_stored(self) -> StoredCard:
+        return (self.fired or None, *chain.from_iterable(self.recent))
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> CardState:
-        return cls([Txn.from_list(v) for v in d["recent"]], dict(d["fired"]))
+    def from_stored(cls, stored: StoredCard | dict[str, Any]) -> CardState:
+        """The state ``to_stored`` made, or the older form, a dict of lists
+        (``{"recent": [[txn_id, t, lat, lon, amount, city], ...], "fired": {...}}``)."""
+        if isinstance(stored, dict):
+            return cls([Txn(str(v[0]), int(v[1]), float(v[2]), float(v[3]), float(v[4]),
+                            str(v[5])) for v in stored["recent"]], dict(stored["fired"]))
+        return cls([Txn._make(stored[i:i + _TXN_FIELDS])
+                    for i in range(1, len(stored), _TXN_FIELDS)], dict(stored[0] or {}))
 
     def evaluate(self, txn: Txn, mean: float | None, std: float | None,
                  th: Thresholds = Thresholds()) -> list[str]:
         """Add ``txn``; return the reasons (rule names) it raises, quiet periods applied."""
-        if any(r.txn_id == txn.txn_id for r in self.recent):
-            return []  # a transaction seen before (replayed input) raises nothing new
-        self.recent.append(txn)
-        self.recent.sort(key=lambda r: (r.t, r.txn_id))
-        newest = self.recent[-1].t
-        self.recent = [r for r in self.recent if r.t >= newest - th.keep_ms]
+        recent = self.recent
+        for r in recent:
+            if r.txn_id == txn.txn_id:
+                return []  # a transaction seen before (replayed input) raises nothing new
+        last = recent[-1] if recent else None
+        recent.append(txn)
+        if last is not None and (txn.t, txn.txn_id) < (last.t, last.txn_id):
+            recent.sort(key=_by_time)  # out of order: a transaction older than the newest
+        horizon = recent[-1].t - th.keep_ms
+        if recent[0].t < horizon:
+            self.recent = [r for r in recent if r.t >= horizon]
         reasons = [name for name, hit in (
             ("velocity", self._velocity(txn, th)),
             ("impossible_travel", self._travel(txn, th)),
@@ -89,12 +99,13 @@ class CardState:
         ) if hit]
         out = []
         for name in reasons:
-            last = self.fired.get(name)
-            if last is not None and abs(txn.t - last) < th.quiet_ms:
+            fired = self.fired.get(name)
+            if fired is not None and abs(txn.t - fired) < th.quiet_ms:
                 continue
             self.fired[name] = txn.t
             out.append(name)
-        self.fired = {k: v for k, v in self.fired.items() if v >= newest - th.keep_ms}
+        if self.fired and min(self.fired.values()) < horizon:
+            self.fired = {k: v for k, v in self.fired.items() if v >= horizon}
         return out
 
     def _velocity(self, txn: Txn, th: Thresholds) -> bool:
@@ -114,7 +125,8 @@ class CardState:
             return False  # older than what the card keeps behind its newest: no neighbour
         for j in (i - 1, i + 1):
             if 0 <= j < len(self.recent):
-                a, b = sorted((self.recent[j], txn), key=lambda r: r.t)
+                r = self.recent[j]
+                a, b = (r, txn) if r.t <= txn.t else (txn, r)
                 if speed_kmh(a.lat, a.lon, a.t, b.lat, b.lon, b.t) > th.travel_kmh:
                     return True
         return False
@@ -126,6 +138,10 @@ class CardState:
                 and abs(r.t - txn.t) <= th.tiny_window_ms]
         return any(sum(1 for r in tiny if s <= r.t <= s + th.tiny_window_ms) >= th.tiny_count
                    for s in (r.t for r in tiny))
+
+
+def _by_time(txn: Txn) -> tuple[int, str]:
+    return txn.t, txn.txn_id
 
 
 def anomalous(amount: float, mean: float | None, std: float | None, th: Thresholds) -> bool:

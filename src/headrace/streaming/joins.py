@@ -180,56 +180,75 @@ class _JoinProcessor(StatefulProcessor):
         self.handle = handle
         self.bucket = handle.getValueState("bucket", buckets.VALUE_SCHEMA)
 
-    def _store(self, before: bytes | None, keys: dict[str, dict[str, Any]],
-               registered: int | None) -> None:
-        """Write the bucket back, without the keys left with nothing (no table row,
-        version, held event or timer), and keep its one timer at its keys' earliest."""
-        for k in [k for k, ks in keys.items() if not any(ks.values())]:
+    def _store(self, before: bytes | None, keys: dict[str, dict[str, Any]], watermark: int,
+               registered: int | None, out: list[tuple[Any, ...]]) -> None:
+        """Fire, for each key, the timers Spark would fire now (temporal: at or below the
+        watermark), then write the bucket back, without the keys left with nothing (no
+        table row, version, held event or timer), and keep its one timer at its keys'
+        earliest. One pass over the keys."""
+        temporal = self.spec.mode == "temporal"
+        wanted: int | None = None
+        empty: list[str] = []
+        for k, ks in keys.items():
+            timers = ks.get("timers") if temporal else None
+            if timers:
+                low = min(timers)
+                if low <= watermark:
+                    timers = ks["timers"] = {t for t in timers if t > watermark}
+                    self._expire(ks, watermark, out)
+                    low = min(timers) if timers else None
+                if low is not None and (wanted is None or low < wanted):
+                    wanted = low
+            if not any(ks.values()):
+                empty.append(k)
+        for k in empty:
             del keys[k]
-        wanted = min((min(ks["timers"]) for ks in keys.values() if ks.get("timers")),
-                     default=None)
         buckets.store(self.handle, self.bucket, before, keys, registered, wanted)
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
                         timerValues: TimerValues) -> Iterator[pd.DataFrame]:
         before, keys, timer = buckets.load(self.bucket)
         by_key: dict[str, tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]] = {}
+        table_mode = self.spec.mode == "table"
         for frame in rows:
             if frame[_T].isna().any():
                 raise StreamingError("an event time or valid_from is null: every event and "
                                      "table row of a temporal join needs one")
-            for k, t, side, left, right, pk, op in zip(
-                    *(frame[c].tolist() for c in _INPUT), strict=True):
-                tables, events = by_key.setdefault(k, ([], []))
-                if side == "R":
-                    tables.append((t, right))
-                else:
-                    events.append((t, left, pk, op))
+            right = (frame[_SIDE] == "R").to_numpy()
+            tables, events = frame[right], frame[~right]
+            for k, t, row in zip(tables[_KEY].tolist(), tables[_T].tolist(),
+                                 tables[_RIGHT].tolist(), strict=True):
+                by_key.setdefault(k, ([], []))[0].append((t, row))
+            ev = [events[c].tolist() for c in (_KEY, _T, _LEFT)]
+            if table_mode:
+                ev += [events[_PK].tolist(), events[_LEFT_OP].tolist()]
+                for k, *rest in zip(*ev, strict=True):
+                    by_key.setdefault(k, ([], []))[1].append(tuple(rest))
+            else:
+                for k, t, row in zip(*ev, strict=True):
+                    by_key.setdefault(k, ([], []))[1].append((t, row, None, None))
         watermark = timerValues.getCurrentWatermarkInMs()
         out: list[tuple[Any, ...]] = []
         for k, (tables, events) in by_key.items():
             ks = keys.setdefault(k, {})
             # stable: arrival order within one time (all of it in latest and table modes)
-            tables.sort(key=lambda r: r[0])
-            events.sort(key=lambda r: r[0])
+            tables.sort(key=_time)
+            events.sort(key=_time)
             if self.spec.mode == "latest":
                 self._latest(ks, tables, events, out)
             elif self.spec.mode == "temporal":
                 self._temporal(ks, tables, events, watermark, out)
             else:
                 self._table(ks, tables, events, out)
-        if self.spec.mode == "temporal":
-            self._fire_due(keys, watermark, out)
-        self._store(before, keys, timer)
+        self._store(before, keys, watermark, timer, out)
         return self._frames(out)
 
     def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
                            expiredTimerInfo: ExpiredTimerInfo) -> Iterator[pd.DataFrame]:
         before, keys, _ = buckets.load(self.bucket)
         out: list[tuple[Any, ...]] = []
-        self._fire_due(keys, timerValues.getCurrentWatermarkInMs(), out)
         # The timer that fired was the bucket's only one, and it is gone.
-        self._store(before, keys, None)
+        self._store(before, keys, timerValues.getCurrentWatermarkInMs(), None, out)
         return self._frames(out)
 
     def _frames(self, out: list[tuple[Any, ...]]) -> Iterator[pd.DataFrame]:
@@ -285,15 +304,6 @@ class _JoinProcessor(StatefulProcessor):
             return event, None, None, late
         return event, held[since], since, late
 
-    def _fire_due(self, keys: dict[str, dict[str, Any]], watermark: int,
-                  out: list[tuple[Any, ...]]) -> None:
-        """Fire, for each key, the timers Spark would fire now (at or below the watermark)."""
-        for ks in keys.values():
-            timers = ks.get("timers")
-            if timers and min(timers) <= watermark:
-                ks["timers"] = {t for t in timers if t > watermark}
-                self._expire(ks, watermark, out)
-
     def _expire(self, ks: dict[str, Any], watermark: int, out: list[tuple[Any, ...]]) -> None:
         """A temporal key's timer fired: join the held events the watermark has reached."""
         pending = ks["pending"]
@@ -326,6 +336,10 @@ class _JoinProcessor(StatefulProcessor):
             touched = dict(lefts)
         current = ks.get("table")
         out.extend((left, current, None, None) for left in touched.values())
+
+
+def _time(row: tuple[Any, ...]) -> Any:
+    return row[0]
 
 
 class _ForeignKeyTracker(StatefulProcessor):

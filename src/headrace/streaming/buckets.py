@@ -30,9 +30,11 @@ def load(state: Any) -> tuple[bytes | None, dict[Any, Any], int | None]:
 
 
 def store(handle: StatefulProcessorHandle, state: Any, before: bytes | None,
-          keys: dict[Any, Any], registered: int | None, wanted: int | None) -> None:
+          keys: dict[Any, Any], registered: int | None, wanted: int | None, *,
+          memo: bool = True) -> None:
     """Move the bucket's timer from ``registered`` to ``wanted`` and write ``keys`` back
-    (cleared when empty, untouched when unchanged)."""
+    (cleared when empty, untouched when unchanged). ``memo=False`` pickles without the
+    memo (``_dumps``): for state without objects worth sharing."""
     if registered != wanted:
         if registered is not None:
             handle.deleteTimer(registered)
@@ -42,15 +44,17 @@ def store(handle: StatefulProcessorHandle, state: Any, before: bytes | None,
         if before is not None:
             state.clear()
         return
-    after = _dumps((keys, wanted))
+    value = (keys, wanted)
+    after = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL) if memo else _dumps(value)
     if after != before:
         state.update((after,))
 
 
 def _dumps(value: Any) -> bytes:
     """``pickle.dumps`` without the memo (``Pickler.fast``): a third of the time for a
-    bucket of many small keys. The state is a tree (no object refers to itself), and an
-    object it holds twice comes back as two equal copies, which no processor tells apart."""
+    bucket of many small keys, but an object held many times (a dict key such as
+    ``"table"`` in every key's state) is written each time. The state must be a tree (no
+    object refers to itself); an object it holds twice comes back as two equal copies."""
     out = io.BytesIO()
     pickler = pickle.Pickler(out, protocol=pickle.HIGHEST_PROTOCOL)
     pickler.fast = True

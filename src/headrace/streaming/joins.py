@@ -20,7 +20,9 @@ table-table join kept as a live view.
   (``right`` null), as an on-time one would.
 - ``table_join``: two changelogs joined on a key into a materialized view; an update on
   either side re-emits the joined rows it changes (a price change updates every order of
-  that product).
+  that product). A first stage, grouped by a bucket of the left side's primary keys,
+  remembers each left row's join key, so a row that moves to another key leaves the old
+  one.
 
 The stream-table joins run on transformWithStateInPandas over the union of both sides,
 grouped by a bucket of join keys (``buckets``, 64 by default: a few state calls per bucket

@@ -92,7 +92,8 @@ class FraudDetector(StatefulProcessor):
                 wanted = expires
         for card_id in dead:
             del cards[card_id]
-        buckets.store(self.handle, self.state, before, cards, registered, wanted)
+        # flat tuples of numbers and per-row strings: nothing the memo would share
+        buckets.store(self.handle, self.state, before, cards, registered, wanted, memo=False)
 
     def _load(self) -> tuple[bytes | None, Cards, int | None]:
         """The bucket, its cards in today's form (a bucket written before 2026-11-26 held

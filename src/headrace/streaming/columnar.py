@@ -50,6 +50,7 @@ from pyspark.sql.streaming.stateful_processor import (
 
 from headrace.streaming import buckets
 from headrace.streaming.errors import StreamingError
+from headrace.streaming.timeutil import epoch_ms
 from headrace.streaming.windows import EVENT_JSON, WindowedSpec
 
 KINDS = ("count", "sum", "avg", "min", "max")
@@ -141,8 +142,7 @@ class ColumnarWindowProcessor(StatefulProcessor):
         if times.isna().any():
             raise StreamingError(f"{self.spec.event_time} is null in an event: every event "
                                  "needs an event time")
-        t: np.ndarray = times.to_numpy().astype("datetime64[ms]").astype("int64")
-        return t
+        return epoch_ms(times)
 
     def _late(self, events: pd.DataFrame, t: np.ndarray, late: np.ndarray, watermark: int,
               out: list[dict[str, np.ndarray]]) -> None:

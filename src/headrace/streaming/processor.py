@@ -35,6 +35,7 @@ from pyspark.sql.streaming.stateful_processor import (
 
 from headrace.streaming import aggregates, buckets
 from headrace.streaming.errors import StreamingError
+from headrace.streaming.timeutil import epoch_ms
 from headrace.streaming.windows import EVENT_JSON, WindowedSpec
 
 _TIMES = ("window_start", "window_end", "event_time")
@@ -118,7 +119,7 @@ class WindowProcessor(StatefulProcessor):
             if times.isna().any():
                 raise StreamingError(f"{self.spec.event_time} is null in an event: every "
                                      "event needs an event time")
-            ms = times.to_numpy().astype("datetime64[ms]").astype("int64").tolist()
+            ms = epoch_ms(times).tolist()
             key_columns = [frame[k].tolist() for k in self.spec.keys]
             # a null arrives as NaN in a float column; both are skipped, as SQL skips nulls
             inputs = [frame[c].astype(object).where(frame[c].notna(), None).tolist()

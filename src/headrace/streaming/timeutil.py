@@ -5,6 +5,9 @@ from __future__ import annotations
 import datetime as dt
 import re
 
+import numpy as np
+import pandas as pd
+
 from headrace.streaming.errors import SpecError
 
 _UNITS = {"ms": 1, "millisecond": 1, "milliseconds": 1, "s": 1000, "sec": 1000,
@@ -34,3 +37,12 @@ def to_ms(value: dt.datetime) -> int:
 
 def from_ms(ms: int) -> dt.datetime:
     return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
+
+
+def epoch_ms(times: pd.Series) -> np.ndarray:
+    """A datetime column (naive or with a zone, any unit) as int64 epoch milliseconds,
+    floored as numpy casts them, without the ``Timestamp`` per row that ``to_numpy`` makes
+    for a zoned column."""
+    raw = np.asarray(times.array.asi8)
+    ms: np.ndarray = raw.view(f"datetime64[{times.dt.unit}]").astype("datetime64[ms]")
+    return ms.view("int64")

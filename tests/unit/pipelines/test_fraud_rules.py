@@ -12,9 +12,9 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from headrace.pipelines.fraud.detector import _epoch_ms
 from headrace.pipelines.fraud.geo import haversine_km
 from headrace.pipelines.fraud.rules import CardState, Thresholds, Txn, anomalous
+from headrace.streaming.timeutil import epoch_ms
 
 T0 = 1_700_000_000_000
 
@@ -99,6 +99,6 @@ def test_event_times_become_epoch_ms_in_any_unit_and_zone() -> None:
     naive = pd.Series(pd.to_datetime(ms, unit="ms"))
     for times in (naive, naive.astype("datetime64[us]"), naive.dt.tz_localize("UTC"),
                   naive.dt.tz_localize("UTC").dt.tz_convert("Europe/Paris")):
-        assert _epoch_ms(times).tolist() == ms
+        assert epoch_ms(times).tolist() == ms
     micros = pd.Series(pd.to_datetime([-1_500, 1_500], unit="us"))  # floored, as numpy does
-    assert _epoch_ms(micros).tolist() == [-2, 1]
+    assert epoch_ms(micros).tolist() == [-2, 1]

@@ -25,14 +25,9 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 
-from headrace.pipelines.fraud.rules import (
-    CardState,
-    Thresholds,
-    Txn,
-    anomalous,
-    score,
-)
+from headrace.pipelines.fraud.rules import CardState, Thresholds, Txn, anomalous, score
 from headrace.streaming import buckets
+from headrace.streaming.timeutil import epoch_ms
 from headrace.streaming.windows import BUCKET
 
 OUTPUT_DDL = ("kind string, card_id string, txn_id string, user_id string, "
@@ -47,14 +42,6 @@ _INPUT = ("card_id", "txn_id", "user_id", "amount", "city", "lat", "lon", "avg_a
 
 # card id -> (the watermark at which the card's state is dropped, *CardState.to_stored())
 Cards = dict[str, tuple[Any, ...]]
-
-
-def _epoch_ms(times: pd.Series) -> np.ndarray:
-    """A datetime column (naive or with a zone) as epoch milliseconds, as numpy casts them
-    (without making a Timestamp object per row, as ``to_numpy`` does for a zoned one)."""
-    raw = np.asarray(times.array.asi8)
-    ms: np.ndarray = raw.view(f"datetime64[{times.dt.unit}]").astype("datetime64[ms]")
-    return ms.view("int64")
 
 
 def _values(column: pd.Series) -> list[Any]:
@@ -114,7 +101,7 @@ class FraudDetector(StatefulProcessor):
             batch = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
             columns = [_values(batch[c]) for c in _INPUT]
             # one tuple per transaction: its position, time and _INPUT values
-            txns = list(zip(range(len(batch)), _epoch_ms(batch["event_time"]).tolist(),
+            txns = list(zip(range(len(batch)), epoch_ms(batch["event_time"]).tolist(),
                             *columns, strict=True))
             card_ids = columns[0]
             rest = np.ones(len(batch), dtype=bool)

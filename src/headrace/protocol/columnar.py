@@ -4,8 +4,9 @@ The reader of ``format("headrace")`` receives whole batches from Fetch responses
 records are varint-framed, so finding record ``i+1`` needs record ``i``'s length: a
 sequential scan that Python would pay ~1 µs per record for. The scan here is compiled with
 numba (LLVM, once per process, cached on disk): it walks the records sections of many
-batches in one call and fills offset/timestamp arrays and contiguous key, value and header
-buffers, from which the Arrow arrays are built without further copies.
+batches in one call, one pass, and fills the offset/timestamp arrays and contiguous key and
+value buffers of the fields the caller asked for (Arrow's layout: the arrays are built
+without further copies), and the positions of the records' headers for a second kernel.
 
 Input contract (``decode``): ``buf`` holds the records sections (after the 61-byte batch
 header, decompressed) of ``n`` batches; for batch ``b`` its section is
@@ -95,10 +96,23 @@ def _varint(buf: Any, pos: int, end: int) -> tuple[int, int]:
 
 @njit(cache=True, nogil=True)
 def _scan(buf: Any, starts: Any, ends: Any, counts: Any, base_offsets: Any, low: int,
-          high: int, with_headers: bool, out: Any, spans: Any) -> tuple[int, int, int, int]:
-    """First pass: locate every kept record. Fills ``out[i] = (offset, timestamp delta,
-    batch index)`` and ``spans[i] = (key start, key length, value start, value length,
-    headers start, header count, record end)``. Returns (status, failing batch, records, header count)."""
+          high: int, meta: Any, keys: Any, values: Any, heads: Any) -> tuple[int, int, int, int]:
+    """One pass over every record: the kept ones (offsets in ``[low, high)``) fill, for
+    each part asked for (an empty array is not asked for), ``meta[i] = (offset, timestamp
+    delta, batch index)``, the Arrow columns of keys and of values (``keys = (data,
+    offsets, validity)``, data copied with one ``memcpy`` per record) and ``heads[i] =
+    (headers start, header count, record end)``. Returns (status, failing batch, records,
+    header count)."""
+    with_meta, with_heads = meta.shape[0] > 0, heads.shape[0] > 0
+    key_data, key_offsets, key_valid = keys
+    value_data, value_offsets, value_valid = values
+    with_key, with_value = key_offsets.size > 0, value_offsets.size > 0
+    if with_key:
+        key_offsets[0] = 0
+    if with_value:
+        value_offsets[0] = 0
+    key_at = 0
+    value_at = 0
     n = 0
     headers = 0
     for b in range(starts.size):
@@ -127,14 +141,14 @@ def _scan(buf: Any, starts: Any, ends: Any, counts: Any, base_offsets: Any, low:
                 return _OVERRUN, b, n, headers
             if key_len < -1:
                 return _BAD_LENGTH, b, n, headers
-            key_at = pos
+            key_start = pos
             pos += max(key_len, 0)
             value_len, pos = _varint(buf, pos, stop)
             if pos < 0:
                 return _OVERRUN, b, n, headers
             if value_len < -1:
                 return _BAD_LENGTH, b, n, headers
-            value_at = pos
+            value_start = pos
             pos += max(value_len, 0)
             count, pos = _varint(buf, pos, stop)
             # A header takes at least two bytes: a count beyond that is not a count.
@@ -142,47 +156,38 @@ def _scan(buf: Any, starts: Any, ends: Any, counts: Any, base_offsets: Any, low:
                 return _OVERRUN, b, n, headers
             offset = base_offsets[b] + off_delta
             if low <= offset < high:
-                out[n, 0] = offset
-                out[n, 1] = ts_delta
-                out[n, 2] = b
-                spans[n, 0] = key_at
-                spans[n, 1] = key_len
-                spans[n, 2] = value_at
-                spans[n, 3] = value_len
-                spans[n, 4] = pos
-                spans[n, 5] = count
-                spans[n, 6] = stop
-                n += 1
-                if with_headers:
+                if with_meta:
+                    meta[n, 0] = offset
+                    meta[n, 1] = ts_delta
+                    meta[n, 2] = b
+                if with_key:
+                    if key_len < 0:
+                        key_valid[n] = 0
+                    else:
+                        key_valid[n] = 1
+                        _copy(key_data, key_at, buf, key_start, key_len)
+                        key_at += key_len
+                    key_offsets[n + 1] = key_at
+                if with_value:
+                    if value_len < 0:
+                        value_valid[n] = 0
+                    else:
+                        value_valid[n] = 1
+                        _copy(value_data, value_at, buf, value_start, value_len)
+                        value_at += value_len
+                    value_offsets[n + 1] = value_at
+                if with_heads:
+                    heads[n, 0] = pos
+                    heads[n, 1] = count
+                    heads[n, 2] = stop
                     headers += count
+                n += 1
             pos = stop
     return _OK, -1, n, headers
 
 
 @njit(cache=True, nogil=True)
-def _gather(buf: Any, spans: Any, n: int, which: int, offsets: Any, valid: Any) -> Any:
-    """Copy field ``which`` (0 key, 2 value) of the first ``n`` records into one buffer;
-    fills Arrow offsets (int32, n + 1) and validity (uint8 per row)."""
-    total = 0
-    for i in range(n):
-        total += max(spans[i, which + 1], 0)
-    data = np.empty(total, np.uint8)
-    at = 0
-    offsets[0] = 0
-    for i in range(n):
-        length = spans[i, which + 1]
-        if length < 0:
-            valid[i] = 0
-        else:
-            valid[i] = 1
-            _copy(data, at, buf, spans[i, which], length)
-            at += length
-        offsets[i + 1] = at
-    return data
-
-
-@njit(cache=True, nogil=True)
-def _headers(buf: Any, spans: Any, n: int, total: int, list_offsets: Any, key_offsets: Any,
+def _headers(buf: Any, heads: Any, n: int, total: int, list_offsets: Any, key_offsets: Any,
              value_offsets: Any, value_valid: Any) -> tuple[int, Any, Any]:
     """The headers of the first ``n`` records, flattened. Returns (status, key bytes,
     value bytes)."""
@@ -195,9 +200,9 @@ def _headers(buf: Any, spans: Any, n: int, total: int, list_offsets: Any, key_of
     key_offsets[0] = 0
     value_offsets[0] = 0
     for i in range(n):
-        pos = spans[i, 4]
-        stop = spans[i, 6]
-        for _ in range(spans[i, 5]):
+        pos = heads[i, 0]
+        stop = heads[i, 2]
+        for _ in range(heads[i, 1]):
             key_len, pos = _varint(buf, pos, stop)
             if pos < 0 or key_len < 0 or pos + key_len > stop:
                 return _OVERRUN, key_data, value_data
@@ -244,74 +249,85 @@ class Sections:
 
 @dataclass(frozen=True)
 class Columns:
-    """Decoded records: Kafka's record fields as Arrow arrays of equal length."""
+    """Decoded records: Kafka's record fields as Arrow arrays of ``rows`` rows each, or
+    ``None`` for the fields not asked for."""
 
-    key: pa.Array | None  # None when not asked for
+    rows: int
+    key: pa.Array | None
     value: pa.Array | None
-    offset: pa.Array  # int64
-    timestamp_ms: pa.Array  # int64, milliseconds since the epoch
-    timestamp_type: pa.Array  # int32: 0 CreateTime, 1 LogAppendTime
-    headers: pa.Array | None  # HEADER_TYPE, when asked for
+    offset: pa.Array | None  # int64
+    timestamp_ms: pa.Array | None  # int64, milliseconds since the epoch
+    timestamp_type: pa.Array | None  # int32: 0 CreateTime, 1 LogAppendTime
+    headers: pa.Array | None  # HEADER_TYPE
 
     def __len__(self) -> int:
-        return len(self.offset)
+        return self.rows
 
 
-def _binary(data: Any, offsets: Any, valid: Any, n: int, kind: pa.DataType) -> pa.Array:
-    validity = None
-    if not valid.all():
-        validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
-    return pa.Array.from_buffers(kind, n, [validity, pa.py_buffer(offsets), pa.py_buffer(data)])
+_NONE = np.empty(0, np.int64)
+_NO_FIELD = (np.empty(0, np.uint8), np.empty(0, np.int32), np.empty(0, np.uint8))
+
+
+def _field(upper: int, size: int) -> tuple[Any, Any, Any]:
+    """Room for the keys or values of ``upper`` records from ``size`` bytes of sections:
+    (data, Arrow offsets, validity per record)."""
+    return np.empty(size, np.uint8), np.empty(upper + 1, np.int32), np.empty(upper, np.uint8)
+
+
+def _binary(field: tuple[Any, Any, Any], n: int) -> pa.Array:
+    data, offsets, valid = field
+    valid = valid[:n].view(np.bool_)
+    validity = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(pa.binary(), n, [
+        validity, pa.py_buffer(offsets[:n + 1]), pa.py_buffer(data[:int(offsets[n])])])
 
 
 def decode(sections: Sections, low: int, high: int, with_headers: bool, *,
-           with_key: bool = True, with_value: bool = True) -> Columns:
-    """Every record of ``sections`` with an offset in ``[low, high)``, in order. Keys and
-    values not asked for are not copied out (``None``); records are checked all the same."""
+           with_key: bool = True, with_value: bool = True, with_meta: bool = True) -> Columns:
+    """Every record of ``sections`` with an offset in ``[low, high)``, in order, in one pass.
+    Keys, values, headers and the offset/timestamp columns (``with_meta``) not asked for
+    are ``None`` and never copied out; every record is checked all the same."""
     s = sections
     # Never trust a header's count for an allocation: a record takes at least 7 bytes.
     upper = int(np.minimum(s.counts, (s.ends - s.starts) // MIN_RECORD_SIZE).sum())
-    out = np.empty((upper, 3), np.int64)
-    spans = np.empty((upper, 7), np.int64)
+    size = int((s.ends - s.starts).sum())  # keys and values fit in their sections
+    meta = np.empty((upper, 3), np.int64) if with_meta else _NONE.reshape(0, 3)
+    keys = _field(upper, size) if with_key else _NO_FIELD
+    values = _field(upper, size) if with_value else _NO_FIELD
+    heads = np.empty((upper, 3), np.int64) if with_headers else _NONE.reshape(0, 3)
     status, batch, n, header_count = _scan(s.buf, s.starts, s.ends, s.counts, s.base_offsets,
-                                           low, high, with_headers, out, spans)
+                                           low, high, meta, keys, values, heads)
     if status != _OK:
         raise CorruptBatchError(
             f"record batch at offset {int(s.base_offsets[batch])}: {_REASONS[status]}")
-    out, spans = out[:n], spans[:n]
-    batch_of = out[:, 2]
-    appended = s.append_times[batch_of]
-    stamps = np.where(appended >= 0, appended, s.base_timestamps[batch_of] + out[:, 1])
-    arrays: list[pa.Array | None] = []
-    for which, wanted in ((0, with_key), (2, with_value)):
-        if not wanted:
-            arrays.append(None)
-            continue
-        offsets = np.empty(n + 1, np.int32)
-        valid = np.empty(n, np.uint8)
-        data = _gather(s.buf, spans, n, which, offsets, valid)
-        arrays.append(_binary(data, offsets, valid.astype(bool), n, pa.binary()))
-    headers = None
-    if with_headers:
-        headers = _header_array(s.buf, spans, n, header_count)
+    offset = timestamp_ms = timestamp_type = None
+    if with_meta:
+        meta = meta[:n]
+        batch_of = meta[:, 2]
+        appended = s.append_times[batch_of]
+        offset = pa.array(meta[:, 0])
+        timestamp_ms = pa.array(np.where(appended >= 0, appended,
+                                         s.base_timestamps[batch_of] + meta[:, 1]))
+        timestamp_type = pa.array((appended >= 0).astype(np.int32))
     return Columns(
-        key=arrays[0], value=arrays[1], offset=pa.array(out[:, 0]),
-        timestamp_ms=pa.array(stamps), timestamp_type=pa.array((appended >= 0).astype(np.int32)),
-        headers=headers)
+        rows=n, key=_binary(keys, n) if with_key else None,
+        value=_binary(values, n) if with_value else None, offset=offset,
+        timestamp_ms=timestamp_ms, timestamp_type=timestamp_type,
+        headers=_header_array(s.buf, heads, n, header_count) if with_headers else None)
 
 
-def _header_array(buf: Any, spans: Any, n: int, total: int) -> pa.Array:
+def _header_array(buf: Any, heads: Any, n: int, total: int) -> pa.Array:
     list_offsets = np.empty(n + 1, np.int32)
     key_offsets = np.empty(total + 1, np.int32)
     value_offsets = np.empty(total + 1, np.int32)
     value_valid = np.empty(total, np.uint8)
-    status, key_data, value_data = _headers(buf, spans, n, total, list_offsets, key_offsets,
+    status, key_data, value_data = _headers(buf, heads, n, total, list_offsets, key_offsets,
                                             value_offsets, value_valid)
     if status != _OK:
         raise CorruptBatchError("a record header runs past the end of its batch")
     keys = pa.Array.from_buffers(pa.string(), total, [None, pa.py_buffer(key_offsets),
                                                       pa.py_buffer(key_data)])
-    values = _binary(value_data, value_offsets, value_valid.astype(bool), total, pa.binary())
+    values = _binary((value_data, value_offsets, value_valid), total)
     entries = pa.StructArray.from_arrays([keys, values], names=["key", "value"])
     return pa.ListArray.from_arrays(pa.array(list_offsets), entries).cast(HEADER_TYPE)
 

@@ -233,6 +233,7 @@ def _read_fetched(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBa
     schema = output_schema(opts)
     with_headers = _reads_headers(opts)
     with_key, with_value = "key" in schema.names, "value" in schema.names
+    with_meta = not {"offset", "timestamp", "timestampType"}.isdisjoint(schema.names)
     position = rng.start
     deadline = time.monotonic() + timeout
     last_problem = ""
@@ -269,7 +270,8 @@ def _read_fetched(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBa
                 if after < rng.end:
                     ahead = pool.submit(fetcher.fetch, after, FETCH_WAIT_MS)
                 cols = columnar.decode(sections, position, rng.end, with_headers,
-                                       with_key=with_key, with_value=with_value)
+                                       with_key=with_key, with_value=with_value,
+                                       with_meta=with_meta)
                 position = after
                 if len(cols):
                     yield _arrow_batch(cols, topic, partition, schema)

@@ -77,6 +77,27 @@ def test_offset_window_across_batches(a: list[Record], b: list[Record], data: An
     assert rows(raw, low, high) == [r for r in everything if low <= r[2] < high]
 
 
+@settings(max_examples=40, deadline=None)
+@given(records_st, records_st, st.booleans(), st.booleans(), st.booleans(), st.booleans(),
+       st.integers(0, 5))
+def test_fields_not_asked_for_are_left_out_and_the_rest_is_the_same(
+        a: list[Record], b: list[Record], key: bool, value: bool, meta: bool, headers: bool,
+        skip: int) -> None:
+    sections, _ = split(batch(a, 100) + batch(b, 100 + len(a), codec=1), 0, False, [])
+    full = decode(sections, 100 + skip, 1 << 62, True)
+    part = decode(sections, 100 + skip, 1 << 62, headers, with_key=key, with_value=value,
+                  with_meta=meta)
+    assert len(part) == len(full) == max(len(a) + len(b) - skip, 0)
+    for name, wanted in (("key", key), ("value", value), ("offset", meta),
+                         ("timestamp_ms", meta), ("timestamp_type", meta),
+                         ("headers", headers)):
+        column = getattr(part, name)
+        if wanted:
+            assert column is not None and column.equals(getattr(full, name)), name
+        else:
+            assert column is None, name
+
+
 def test_without_headers_column() -> None:
     rec: list[Record] = [(b"k", b"v", [("h", b"x")], 0)]
     sections, _ = split(batch(rec, 0), 0, False, [])

@@ -34,11 +34,21 @@ TRANSIENT_RESTARTS = 1
 def state_by_key(spark: SparkSession, checkpoint: Path) -> dict[Any, Any]:
     """What a stream-table join holds per key as of its last batch, read with Spark's state
     reader: every bucket's pickled key map (keyed by the join key's JSON text), merged, by
-    the tuple of the key's values."""
+    the tuple of the key's values. The temporal join's columns are shown per key too:
+    ``versions`` (valid_from -> row) and ``pending`` (event time -> events)."""
     held: dict[Any, Any] = {}
     for b in spark.read.format("statestore").option("stateVarName", "bucket") \
             .load(str(checkpoint)).collect():
-        for key, state in pickle.loads(b.value.keys)[0].items():
+        keys = pickle.loads(b.value.keys)[0]
+        if "vk" in keys:  # temporal_join: columns
+            per_key: dict[str, dict[str, Any]] = {}
+            for k, t, row in zip(keys["vk"], keys["vt"], keys["vr"], strict=True):
+                per_key.setdefault(k, {"versions": {}, "pending": {}})["versions"][t] = row
+            for k, t, event in zip(keys["pk"], keys["pt"], keys["pe"], strict=True):
+                per_key.setdefault(k, {"versions": {}, "pending": {}})["pending"] \
+                    .setdefault(t, []).append(event)
+            keys = per_key
+        for key, state in keys.items():
             held[tuple(json.loads(key).values())] = state
     return held
 

@@ -27,11 +27,11 @@ table-table join kept as a live view.
 The stream-table joins run on transformWithStateInPandas over the union of both sides,
 grouped by a bucket of join keys (``buckets``, 64 by default: a few state calls per bucket
 and micro-batch, whatever the number of keys); table state keeps one row per key (latest)
-or the versions the watermark can still reach (temporal). A checkpoint stays tied to its
-``buckets``. Each side's rows cross the operator as JSON text: Spark's ``to_json`` before,
-``from_json`` after, lossless for every type those take (timestamps to the microsecond);
-a map with non-string keys is refused with ``SpecError`` (``from_json`` reads string keys
-only).
+or the versions the watermark can still reach (temporal, worked a bucket at a time with
+pandas: ``_TemporalProcessor``). A checkpoint stays tied to its ``buckets``. Each side's
+rows cross the operator as JSON text: Spark's ``to_json`` before, ``from_json`` after,
+lossless for every type those take (timestamps to the microsecond); a map with non-string
+keys is refused with ``SpecError`` (``from_json`` reads string keys only).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -162,18 +163,12 @@ def _tagged(df: DataFrame, side: str, key: list[str], time_col: str | None,
 
 
 class _JoinProcessor(StatefulProcessor):
-    """The stream-table joins, grouped by a bucket of join keys (``windows.BUCKET``), on the
-    pandas flavour of transformWithState: rows arrive as columns of JSON text and come out
-    as such, so no Python object is built per field. One pickled value per bucket holds
-    every key's state, so a micro-batch costs a few state round trips per bucket, not per
-    key. Per key (its JSON text): ``table`` (the latest row: latest and table modes),
-    ``versions`` (valid_from -> row) and ``pending`` (event time -> held events: temporal),
-    ``first`` (the smallest valid_from ever stored: temporal), ``left`` (left primary key
-    -> row: table mode) and ``timers``, the event-time timers a per-key processor would
-    hold (temporal). The bucket registers one real timer, the earliest of its keys'; each
-    micro-batch fires the keys' timers Spark would fire (the watermark at or past them), so
-    the output is the one per-key state and timers would give. Output rows: (left, right,
-    valid_from ms, late)."""
+    """``latest_join`` and ``table_join``, grouped by a bucket of join keys
+    (``windows.BUCKET``), on the pandas flavour of transformWithState: rows arrive as
+    columns of JSON text and come out as such, so no Python object is built per field. One
+    pickled value per bucket holds every key's state, so a micro-batch costs a few state
+    round trips per bucket, not per key. Per key (its JSON text): ``table`` (the latest
+    row) and ``left`` (left primary key -> row: table mode). Output rows: (left, right)."""
 
     def __init__(self, spec: _JoinSpec) -> None:
         self.spec = spec
@@ -182,40 +177,19 @@ class _JoinProcessor(StatefulProcessor):
         self.handle = handle
         self.bucket = handle.getValueState("bucket", buckets.VALUE_SCHEMA)
 
-    def _store(self, before: bytes | None, keys: dict[str, dict[str, Any]], watermark: int,
-               registered: int | None, out: list[tuple[Any, ...]]) -> None:
-        """Fire, for each key, the timers Spark would fire now (temporal: at or below the
-        watermark), then write the bucket back, without the keys left with nothing (no
-        table row, version, held event or timer), and keep its one timer at its keys'
-        earliest. One pass over the keys."""
-        temporal = self.spec.mode == "temporal"
-        wanted: int | None = None
-        empty: list[str] = []
-        for k, ks in keys.items():
-            timers = ks.get("timers") if temporal else None
-            if timers:
-                low = min(timers)
-                if low <= watermark:
-                    timers = ks["timers"] = {t for t in timers if t > watermark}
-                    self._expire(ks, watermark, out)
-                    low = min(timers) if timers else None
-                if low is not None and (wanted is None or low < wanted):
-                    wanted = low
-            if not any(ks.values()):
-                empty.append(k)
-        for k in empty:
+    def _store(self, before: bytes | None, keys: dict[str, dict[str, Any]]) -> None:
+        """Write the bucket back without the keys left with nothing (no table row or left
+        row)."""
+        for k in [k for k, ks in keys.items() if not any(ks.values())]:
             del keys[k]
-        buckets.store(self.handle, self.bucket, before, keys, registered, wanted)
+        buckets.store(self.handle, self.bucket, before, keys, None, None)
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
                         timerValues: TimerValues) -> Iterator[pd.DataFrame]:
-        before, keys, timer = buckets.load(self.bucket)
+        before, keys, _ = buckets.load(self.bucket)
         by_key: dict[str, tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]] = {}
         table_mode = self.spec.mode == "table"
         for frame in rows:
-            if frame[_T].isna().any():
-                raise StreamingError("an event time or valid_from is null: every event and "
-                                     "table row of a temporal join needs one")
             right = (frame[_SIDE] == "R").to_numpy()
             tables, events = frame[right], frame[~right]
             for k, t, row in zip(tables[_KEY].tolist(), tables[_T].tolist(),
@@ -228,8 +202,7 @@ class _JoinProcessor(StatefulProcessor):
                     by_key.setdefault(k, ([], []))[1].append(tuple(rest))
             else:
                 for k, t, row in zip(*ev, strict=True):
-                    by_key.setdefault(k, ([], []))[1].append((t, row, None, None))
-        watermark = timerValues.getCurrentWatermarkInMs()
+                    by_key.setdefault(k, ([], []))[1].append((t, row))
         out: list[tuple[Any, ...]] = []
         for k, (tables, events) in by_key.items():
             ks = keys.setdefault(k, {})
@@ -238,30 +211,13 @@ class _JoinProcessor(StatefulProcessor):
             events.sort(key=_time)
             if self.spec.mode == "latest":
                 self._latest(ks, tables, events, out)
-            elif self.spec.mode == "temporal":
-                self._temporal(ks, tables, events, watermark, out)
             else:
                 self._table(ks, tables, events, out)
-        self._store(before, keys, watermark, timer, out)
-        return self._frames(out)
-
-    def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
-                           expiredTimerInfo: ExpiredTimerInfo) -> Iterator[pd.DataFrame]:
-        before, keys, _ = buckets.load(self.bucket)
-        out: list[tuple[Any, ...]] = []
-        # The timer that fired was the bucket's only one, and it is gone.
-        self._store(before, keys, timerValues.getCurrentWatermarkInMs(), None, out)
-        return self._frames(out)
-
-    def _frames(self, out: list[tuple[Any, ...]]) -> Iterator[pd.DataFrame]:
+        self._store(before, keys)
         if not out:
             return iter(())
-        left, right, valid_from, late = zip(*out, strict=True)
-        data: dict[str, Any] = {_LEFT: list(left), _RIGHT: list(right)}
-        if self.spec.mode == "temporal":
-            data[_VALID_FROM] = pd.Series(valid_from, dtype=object)
-            data["late"] = pd.Series(late, dtype=object)
-        return iter([pd.DataFrame(data)])
+        left, right = zip(*out, strict=True)
+        return iter([pd.DataFrame({_LEFT: list(left), _RIGHT: list(right)})])
 
     @staticmethod
     def _latest(ks: dict[str, Any], tables: list[tuple[Any, ...]],
@@ -269,56 +225,7 @@ class _JoinProcessor(StatefulProcessor):
         if tables:
             ks["table"] = tables[-1][1]
         current = ks.get("table")
-        out.extend((e[1], current, None, None) for e in events)
-
-    def _temporal(self, ks: dict[str, Any], tables: list[tuple[Any, ...]],
-                  events: list[tuple[Any, ...]], watermark: int,
-                  out: list[tuple[Any, ...]]) -> None:
-        versions = ks.setdefault("versions", {})
-        pending = ks.setdefault("pending", {})
-        timers = ks.setdefault("timers", set())
-        for t, right in tables:
-            versions[t] = right
-        if tables:
-            first = tables[0][0]
-            if ks.get("first") is None or first < ks["first"]:
-                ks["first"] = first
-            # Once the watermark passes the newest version, the older ones are evicted
-            # (_expire), also for keys that never see an event.
-            timers.add(tables[-1][0])
-        for t, left, _, _ in events:
-            if watermark >= 0 and t <= watermark:
-                out.append(self._versioned(ks, left, t, late=True))
-                continue
-            pending.setdefault(t, []).append(left)
-            timers.add(t)
-
-    @staticmethod
-    def _versioned(ks: dict[str, Any], event: str, t: int, late: bool) -> tuple[Any, ...]:
-        held = ks["versions"]
-        valid = [v for v in held if v <= t]
-        first = ks.get("first")
-        if valid:
-            since = max(valid)
-        elif late and held and first is not None and first <= t:
-            since = min(held)  # the version valid at t was evicted: the oldest one held
-        else:
-            return event, None, None, late
-        return event, held[since], since, late
-
-    def _expire(self, ks: dict[str, Any], watermark: int, out: list[tuple[Any, ...]]) -> None:
-        """A temporal key's timer fired: join the held events the watermark has reached."""
-        pending = ks["pending"]
-        for t in sorted(pending):
-            if t <= watermark:
-                out.extend(self._versioned(ks, ev, t, late=False) for ev in pending.pop(t))
-        # Versions no on-time event can reach any more: all but the newest one at or before
-        # the watermark (later events are after the watermark; late ones join the version
-        # valid at their time if held, else the oldest held: see the module docstring).
-        versions = ks["versions"]
-        older = sorted(v for v in versions if v <= watermark)
-        for since in older[:-1]:
-            del versions[since]
+        out.extend((e[1], current) for e in events)
 
     @staticmethod
     def _table(ks: dict[str, Any], tables: list[tuple[Any, ...]],
@@ -337,11 +244,234 @@ class _JoinProcessor(StatefulProcessor):
         if tables:
             touched = dict(lefts)
         current = ks.get("table")
-        out.extend((left, current, None, None) for left in touched.values())
+        out.extend((left, current) for left in touched.values())
 
 
 def _time(row: tuple[Any, ...]) -> Any:
     return row[0]
+
+
+class _TemporalProcessor(StatefulProcessor):
+    """``temporal_join``'s processor: a bucket of join keys at a time, with pandas, on the
+    pandas flavour of transformWithState. A bucket's state is four tables, pickled as numpy
+    columns (``_TemporalState``): the versions held (key, valid_from, row), the first
+    valid_from each key ever stored, the events held until the watermark passes their
+    time (key, time, event, in arrival order) and the keys' event-time timers (key, time).
+    A micro-batch with watermark ``W``:
+
+    1. stores its table rows as versions (a later row with the same key and valid_from
+       replaces the earlier one), lowers the keys' first valid_from, and sets a timer per
+       key at the newest valid_from it received;
+    2. joins its late events (time at or before ``W``) at once, with the version valid at
+       their time if held, else with the key's oldest version held if the key's first
+       valid_from is at or before their time (flagged by ``valid_from`` after the event),
+       else with none; holds the others, each with a timer at its time;
+    3. fires, for each key, its timers at or before ``W``: joins the key's held events
+       up to ``W`` with the version valid at their time (none if there is none), and
+       evicts the key's versions at or before ``W`` but the newest of them.
+
+    That is, batch for batch, what state and timers per key give (a key's timer fires when
+    the watermark reaches it; versions are evicted only then). The bucket registers one
+    real timer, its keys' earliest. Output rows: (left, right, valid_from ms, late)."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.bucket = handle.getValueState("bucket", buckets.VALUE_SCHEMA)
+
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
+                        timerValues: TimerValues) -> Iterator[pd.DataFrame]:
+        before, stored, timer = buckets.load(self.bucket)
+        state = _TemporalState(stored)
+        frames = list(rows)
+        frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+        if frame[_T].isna().any():
+            raise StreamingError("an event time or valid_from is null: every event and "
+                                 "table row of a temporal join needs one")
+        watermark = timerValues.getCurrentWatermarkInMs()
+        right = (frame[_SIDE] == "R").to_numpy()
+        keys = frame[_KEY].to_numpy(dtype=object)
+        times = frame[_T].to_numpy(dtype=np.int64)
+        state.add_versions(keys[right], times[right], frame[_RIGHT].to_numpy(dtype=object)[right])
+        events = ~right
+        out = [state.add_events(keys[events], times[events],
+                                frame[_LEFT].to_numpy(dtype=object)[events], watermark),
+               state.fire(watermark)]
+        self._store(before, state, timer)
+        return iter([f for f in out if f is not None])
+
+    def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
+                           expiredTimerInfo: ExpiredTimerInfo) -> Iterator[pd.DataFrame]:
+        before, stored, _ = buckets.load(self.bucket)
+        state = _TemporalState(stored)
+        out = state.fire(timerValues.getCurrentWatermarkInMs())
+        # The timer that fired was the bucket's only one, and it is gone.
+        self._store(before, state, None)
+        return iter([] if out is None else [out])
+
+    def _store(self, before: bytes | None, state: _TemporalState,
+               registered: int | None) -> None:
+        buckets.store(self.handle, self.bucket, before, state.columns(), registered,
+                      state.next_timer())
+
+
+_NO_OBJECTS = np.empty(0, object)
+_NO_TIMES = np.empty(0, np.int64)
+_TEMPORAL_COLUMNS = ("vk", "vt", "vr", "fk", "ft", "pk", "pt", "pe", "tk", "tt")
+
+
+class _TemporalState:
+    """A temporal bucket's tables as numpy columns: versions ``vk, vt, vr`` (key,
+    valid_from, row; one per key and valid_from), first valid_from ``fk, ft`` (one per key
+    with versions), held events ``pk, pt, pe`` (key, time, event; arrival order) and the
+    timers set by versions ``tk, tt`` (a held event's timer is its own time). Keys are the
+    join key's JSON text. ``stored``: what ``columns()`` returned, or a bucket written
+    before this layout (a map from key to its state), converted."""
+
+    def __init__(self, stored: dict[str, Any]) -> None:
+        if stored and "vk" not in stored:
+            stored = _per_key_to_columns(stored)
+        def column(name: str) -> Any:
+            return stored.get(name, _NO_TIMES if name[1] == "t" else _NO_OBJECTS)
+
+        self.vk, self.vt, self.vr = column("vk"), column("vt"), column("vr")
+        self.fk, self.ft = column("fk"), column("ft")
+        self.pk, self.pt, self.pe = column("pk"), column("pt"), column("pe")
+        self.tk, self.tt = column("tk"), column("tt")
+
+    def columns(self) -> dict[str, Any]:
+        """What to store: empty when the bucket holds nothing."""
+        if not (len(self.vk) or len(self.pk) or len(self.tk)):
+            return {}
+        return {name: getattr(self, name) for name in _TEMPORAL_COLUMNS}
+
+    def next_timer(self) -> int | None:
+        """The earliest time at which ``fire`` has work: a version timer or a held event."""
+        lows = [int(a.min()) for a in (self.tt, self.pt) if len(a)]
+        return min(lows) if lows else None
+
+    def add_versions(self, keys: Any, times: Any, rows: Any) -> None:
+        """Step 1 of the class docstring (``_TemporalProcessor``)."""
+        if not len(keys):
+            return
+        vk, vt = np.concatenate([self.vk, keys]), np.concatenate([self.vt, times])
+        vr = np.concatenate([self.vr, rows])
+        repeated = pd.DataFrame({"k": vk, "t": vt}).duplicated(keep="last").to_numpy()
+        if repeated.any():
+            vk, vt, vr = vk[~repeated], vt[~repeated], vr[~repeated]
+        self.vk, self.vt, self.vr = vk, vt, vr
+        span = pd.Series(times).groupby(keys, sort=False).agg(["min", "max"])
+        names = span.index.to_numpy(dtype=object)
+        lows = span["min"].to_numpy(dtype=np.int64)
+        at = pd.Index(self.fk).get_indexer(names)
+        known = at >= 0
+        ft = self.ft.copy()
+        ft[at[known]] = np.minimum(ft[at[known]], lows[known])
+        self.fk = np.concatenate([self.fk, names[~known]])
+        self.ft = np.concatenate([ft, lows[~known]])
+        self.tk = np.concatenate([self.tk, names])
+        self.tt = np.concatenate([self.tt, span["max"].to_numpy(dtype=np.int64)])
+
+    def add_events(self, keys: Any, times: Any, events: Any,
+                   watermark: int) -> pd.DataFrame | None:
+        """Step 2: the late events joined (or None), the others held."""
+        late = (times <= watermark) if watermark >= 0 else np.zeros(len(times), bool)
+        out = self._joined(keys[late], times[late], events[late], True) if late.any() \
+            else None
+        held = ~late
+        self.pk = np.concatenate([self.pk, keys[held]])
+        self.pt = np.concatenate([self.pt, times[held]])
+        self.pe = np.concatenate([self.pe, events[held]])
+        return out
+
+    def fire(self, watermark: int) -> pd.DataFrame | None:
+        """Step 3: the held events the watermark reached, joined (or None); the versions of
+        the keys whose timers fired evicted."""
+        due_timers, due_events = self.tt <= watermark, self.pt <= watermark
+        if not (due_timers.any() or due_events.any()):
+            return None
+        fired = pd.unique(np.concatenate([self.tk[due_timers], self.pk[due_events]]))
+        out = None
+        if due_events.any():
+            out = self._joined(self.pk[due_events], self.pt[due_events],
+                               self.pe[due_events], False)
+            kept = ~due_events
+            self.pk, self.pt, self.pe = self.pk[kept], self.pt[kept], self.pe[kept]
+        self.tk, self.tt = self.tk[~due_timers], self.tt[~due_timers]
+        reached = np.flatnonzero(self.vt <= watermark)
+        reached = reached[pd.Index(fired).get_indexer(self.vk[reached]) >= 0]
+        if len(reached):
+            newest = pd.Series(self.vt[reached]).groupby(self.vk[reached], sort=False) \
+                .transform("max").to_numpy()
+            dropped = reached[self.vt[reached] < newest]
+            if len(dropped):
+                kept = np.ones(len(self.vk), bool)
+                kept[dropped] = False
+                self.vk, self.vt, self.vr = self.vk[kept], self.vt[kept], self.vr[kept]
+        return out
+
+    def _joined(self, keys: Any, times: Any, events: Any, late: bool) -> pd.DataFrame:
+        """Each event with the version valid at its time (the greatest valid_from at or
+        before it); late ones without it, with their key's oldest version held when the
+        key's first valid_from is at or before their time."""
+        n = len(keys)
+        version = np.full(n, -1, np.int64)
+        if len(self.vk):
+            asked = pd.DataFrame({"k": keys, "t": times, "i": np.arange(n)}) \
+                .sort_values("t", kind="stable")
+            held = pd.DataFrame({"k": self.vk, "vt": self.vt, "v": np.arange(len(self.vk))}) \
+                .sort_values("vt", kind="stable")
+            found = pd.merge_asof(asked, held, left_on="t", right_on="vt", by="k",
+                                  direction="backward")
+            hit = found["v"].notna().to_numpy()
+            version[found["i"].to_numpy()[hit]] = found["v"].to_numpy()[hit].astype(np.int64)
+            missing = np.flatnonzero(version < 0)
+            if late and len(missing):
+                version[missing] = self._oldest(keys[missing], times[missing])
+        has = version >= 0
+        right = np.full(n, None, object)
+        right[has] = self.vr[version[has]]
+        valid_from = np.full(n, None, object)
+        valid_from[has] = self.vt[version[has]].tolist()
+        return pd.DataFrame({_LEFT: events, _RIGHT: right, _VALID_FROM: valid_from,
+                             "late": np.full(n, late, object)})
+
+    def _oldest(self, keys: Any, times: Any) -> Any:
+        """Per late event without its version: the position of its key's oldest version
+        held if the key's first valid_from is at or before its time, else -1."""
+        mine = np.flatnonzero(pd.Index(pd.unique(keys)).get_indexer(self.vk) >= 0)
+        if not len(mine):
+            return np.full(len(keys), -1, np.int64)
+        oldest = pd.Series(self.vt[mine], index=mine).groupby(self.vk[mine]).idxmin()
+        position = oldest.reindex(keys).to_numpy(dtype=float)
+        first = pd.Series(self.ft, index=self.fk).reindex(keys).to_numpy(dtype=float)
+        ok = ~np.isnan(position) & (first <= times)
+        return np.where(ok, np.nan_to_num(position, nan=-1), -1).astype(np.int64)
+
+
+def _per_key_to_columns(keys: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """A temporal bucket stored per key (``{"versions": {valid_from: row}, "pending":
+    {time: [event]}, "timers": {time}, "first": valid_from}`` per key) as columns."""
+    cols: dict[str, list[Any]] = {name: [] for name in _TEMPORAL_COLUMNS}
+    for key, ks in keys.items():
+        for t, row in (ks.get("versions") or {}).items():
+            cols["vk"].append(key)
+            cols["vt"].append(t)
+            cols["vr"].append(row)
+        if ks.get("first") is not None:
+            cols["fk"].append(key)
+            cols["ft"].append(ks["first"])
+        pending = ks.get("pending") or {}
+        for t in sorted(pending):
+            for event in pending[t]:
+                cols["pk"].append(key)
+                cols["pt"].append(t)
+                cols["pe"].append(event)
+        for t in ks.get("timers") or ():
+            if t not in pending:
+                cols["tk"].append(key)
+                cols["tt"].append(t)
+    return {name: np.array(values, dtype=np.int64 if name[1] == "t" else object)
+            for name, values in cols.items()}
 
 
 class _ForeignKeyTracker(StatefulProcessor):
@@ -425,7 +555,8 @@ def _join(left: DataFrame, right: DataFrame, spec: _JoinSpec, left_time: str | N
                                      "__wm", watermark).drop("__wm")
         time_mode = "EventTime"
     joined = union.select(*_INPUT, BUCKET).groupBy(BUCKET).transformWithStateInPandas(
-        _JoinProcessor(spec), schema, "Append", time_mode)
+        _TemporalProcessor() if spec.mode == "temporal" else _JoinProcessor(spec), schema,
+        "Append", time_mode)
     parsed = joined.select(F.from_json(_LEFT, left_schema, _JSON).alias("left"),
                            F.from_json(_RIGHT, right_schema, _JSON).alias("right"),
                            *[F.col(f.name) for f in schema.fields[2:]])

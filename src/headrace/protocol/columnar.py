@@ -34,9 +34,16 @@ from numba.extending import intrinsic
 from headrace.protocol.batch_codec import decompress
 from headrace.protocol.errors import ProtocolError
 from headrace.protocol.records import (
+    ATTRIBUTES_OFFSET,
+    COMPRESSION_MASK,
+    CONTROL_FLAG,
+    CRC_OFFSET,
     HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
     MIN_RECORD_SIZE,
     TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_FLAG,
     CorruptBatchError,
     UnsupportedMagicError,
     compute_crc,
@@ -332,6 +339,78 @@ def _header_array(buf: Any, heads: Any, n: int, total: int) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(list_offsets), entries).cast(HEADER_TYPE)
 
 
+# Columns of ``_batch_table``'s rows.
+_POS, _SIZE, _BASE, _LAST, _BASE_TS, _MAX_TS, _ATTRS, _CRC, _COUNT = range(9)
+
+
+@njit(cache=True, nogil=True)
+def _be(buf: Any, pos: int, n: int) -> int:
+    """The big-endian signed integer of ``n`` (2, 4 or 8) bytes at ``pos``."""
+    value = 0
+    for i in range(n):
+        value = (value << 8) | int(buf[pos + i])  # eight bytes wrap to the signed value
+    if n < 8 and value >= 1 << (8 * n - 1):
+        value -= 1 << (8 * n)
+    return value
+
+
+@njit(cache=True, nogil=True)
+def _batch_table(buf: Any, table: Any) -> tuple[int, bool]:
+    """The headers of the complete v2 batches at the start of ``buf``, one row of
+    ``table`` each (columns ``_POS`` ... ``_COUNT``); stops at a torn batch. Returns
+    (batches, ok): not ok at a batch length below the header's or a magic other than 2
+    (the caller's checked path says which)."""
+    pos = 0
+    n = 0
+    while buf.size - pos >= HEADER_SIZE:
+        size = _be(buf, pos + 8, 4) + LOG_OVERHEAD
+        if size < HEADER_SIZE or buf[pos + MAGIC_OFFSET] != 2:
+            return n, False
+        if pos + size > buf.size:
+            break
+        base = _be(buf, pos, 8)
+        table[n, _POS] = pos
+        table[n, _SIZE] = size
+        table[n, _BASE] = base
+        table[n, _LAST] = base + _be(buf, pos + 23, 4)
+        table[n, _BASE_TS] = _be(buf, pos + 27, 8)
+        table[n, _MAX_TS] = _be(buf, pos + 35, 8)
+        table[n, _ATTRS] = _be(buf, pos + ATTRIBUTES_OFFSET, 2)
+        table[n, _CRC] = _be(buf, pos + CRC_OFFSET, 4) & 0xFFFFFFFF
+        table[n, _COUNT] = _be(buf, pos + 57, 4)
+        n += 1
+        pos += size
+    return n, True
+
+
+def _split_plain(view: memoryview, position: int, read_committed: bool,
+                 aborted: list[tuple[int, int]]) -> tuple[Sections, int] | None:
+    """``split`` for the common response, its batch headers read by a compiled walk: v2
+    batches, uncompressed, no control batch, nothing to drop for aborted transactions.
+    None for any other response (``split``'s loop takes it)."""
+    buf = np.frombuffer(view, np.uint8)
+    table = np.empty((len(buf) // HEADER_SIZE, 9), np.int64)
+    n, ok = _batch_table(buf, table)
+    if not ok:
+        return None
+    table = table[:n]
+    attrs = table[:, _ATTRS]
+    if ((attrs & (CONTROL_FLAG | COMPRESSION_MASK)).any()
+            or (read_committed and aborted and (attrs & TRANSACTIONAL_FLAG).any())):
+        return None
+    for pos, size, crc, base in table[:, [_POS, _SIZE, _CRC, _BASE]].tolist():
+        if compute_crc(view, pos, size) != crc:
+            raise CorruptBatchError(f"record batch at offset {base}: CRC mismatch")
+    after = max(position, int(table[:, _LAST].max()) + 1) if n else position
+    kept = table[table[:, _LAST] >= position]
+    starts = kept[:, _POS] + HEADER_SIZE
+    return Sections(buf=buf, starts=starts, ends=kept[:, _POS] + kept[:, _SIZE],
+                    counts=kept[:, _COUNT].copy(), base_offsets=kept[:, _BASE].copy(),
+                    base_timestamps=kept[:, _BASE_TS].copy(),
+                    append_times=np.where(kept[:, _ATTRS] & TIMESTAMP_TYPE_MASK,
+                                          kept[:, _MAX_TS], -1)), after
+
+
 def split(records: bytes | bytearray | memoryview, position: int, read_committed: bool,
           aborted: list[tuple[int, int]]) -> tuple[Sections, int]:
     """The batches of one Fetch response's ``records``, ready for ``decode``, and the offset
@@ -342,6 +421,9 @@ def split(records: bytes | bytearray | memoryview, position: int, read_committed
     offset)`` from the response) as Kafka's consumer does; decompresses the rest. A torn
     batch at the end (a response cut at its size limit) is left for the next fetch."""
     view = memoryview(records)
+    plain = _split_plain(view, position, read_committed, aborted)
+    if plain is not None:
+        return plain
     pending = sorted(aborted, key=lambda a: a[1])
     aborting: set[int] = set()
     parts: list[bytes | memoryview] = []

@@ -101,6 +101,21 @@ def _varint(buf: Any, pos: int, end: int) -> tuple[int, int]:
     return (result >> 1) ^ -(result & 1), pos
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _put(data: Any, offsets: Any, valid: Any, n: int, at: int, buf: Any, start: int,
+         length: int) -> int:
+    """Record ``n``'s key or value (``length`` -1: null) appended to an Arrow column at
+    byte ``at``; returns the next byte."""
+    if length < 0:
+        valid[n] = 0
+    else:
+        valid[n] = 1
+        _copy(data, at, buf, start, length)
+        at += length
+    offsets[n + 1] = at
+    return at
+
+
 @njit(cache=True, nogil=True)
 def _scan(buf: Any, starts: Any, ends: Any, counts: Any, base_offsets: Any, low: int,
           high: int, meta: Any, keys: Any, values: Any, heads: Any) -> tuple[int, int, int, int]:
@@ -168,21 +183,11 @@ def _scan(buf: Any, starts: Any, ends: Any, counts: Any, base_offsets: Any, low:
                     meta[n, 1] = ts_delta
                     meta[n, 2] = b
                 if with_key:
-                    if key_len < 0:
-                        key_valid[n] = 0
-                    else:
-                        key_valid[n] = 1
-                        _copy(key_data, key_at, buf, key_start, key_len)
-                        key_at += key_len
-                    key_offsets[n + 1] = key_at
+                    key_at = _put(key_data, key_offsets, key_valid, n, key_at, buf,
+                                  key_start, key_len)
                 if with_value:
-                    if value_len < 0:
-                        value_valid[n] = 0
-                    else:
-                        value_valid[n] = 1
-                        _copy(value_data, value_at, buf, value_start, value_len)
-                        value_at += value_len
-                    value_offsets[n + 1] = value_at
+                    value_at = _put(value_data, value_offsets, value_valid, n, value_at, buf,
+                                    value_start, value_len)
                 if with_heads:
                     heads[n, 0] = pos
                     heads[n, 1] = count

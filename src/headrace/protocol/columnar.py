@@ -35,13 +35,18 @@ from headrace.protocol.batch_codec import decompress
 from headrace.protocol.errors import ProtocolError
 from headrace.protocol.records import (
     ATTRIBUTES_OFFSET,
+    BASE_TIMESTAMP_OFFSET,
+    BATCH_LENGTH_OFFSET,
     COMPRESSION_MASK,
     CONTROL_FLAG,
     CRC_OFFSET,
     HEADER_SIZE,
+    LAST_OFFSET_DELTA_OFFSET,
     LOG_OVERHEAD,
     MAGIC_OFFSET,
+    MAX_TIMESTAMP_OFFSET,
     MIN_RECORD_SIZE,
+    RECORD_COUNT_OFFSET,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_FLAG,
     CorruptBatchError,
@@ -368,7 +373,7 @@ def _batch_table(buf: Any, table: Any) -> tuple[int, bool]:
     pos = 0
     n = 0
     while buf.size - pos >= HEADER_SIZE:
-        size = _be(buf, pos + 8, 4) + LOG_OVERHEAD
+        size = _be(buf, pos + BATCH_LENGTH_OFFSET, 4) + LOG_OVERHEAD
         if size < HEADER_SIZE or buf[pos + MAGIC_OFFSET] != 2:
             return n, False
         if pos + size > buf.size:
@@ -377,12 +382,12 @@ def _batch_table(buf: Any, table: Any) -> tuple[int, bool]:
         table[n, _POS] = pos
         table[n, _SIZE] = size
         table[n, _BASE] = base
-        table[n, _LAST] = base + _be(buf, pos + 23, 4)
-        table[n, _BASE_TS] = _be(buf, pos + 27, 8)
-        table[n, _MAX_TS] = _be(buf, pos + 35, 8)
+        table[n, _LAST] = base + _be(buf, pos + LAST_OFFSET_DELTA_OFFSET, 4)
+        table[n, _BASE_TS] = _be(buf, pos + BASE_TIMESTAMP_OFFSET, 8)
+        table[n, _MAX_TS] = _be(buf, pos + MAX_TIMESTAMP_OFFSET, 8)
         table[n, _ATTRS] = _be(buf, pos + ATTRIBUTES_OFFSET, 2)
         table[n, _CRC] = _be(buf, pos + CRC_OFFSET, 4) & 0xFFFFFFFF
-        table[n, _COUNT] = _be(buf, pos + 57, 4)
+        table[n, _COUNT] = _be(buf, pos + RECORD_COUNT_OFFSET, 4)
         n += 1
         pos += size
     return n, True

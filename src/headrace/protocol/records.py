@@ -29,9 +29,14 @@ HEADER_SIZE = 61
 MIN_RECORD_SIZE = 7
 # Bytes of baseOffset + batchLength: the batchLength is relative to this.
 LOG_OVERHEAD = 12
+BATCH_LENGTH_OFFSET = 8
 MAGIC_OFFSET = 16
 CRC_OFFSET = 17
 ATTRIBUTES_OFFSET = 21
+LAST_OFFSET_DELTA_OFFSET = 23
+BASE_TIMESTAMP_OFFSET = 27
+MAX_TIMESTAMP_OFFSET = 35
+RECORD_COUNT_OFFSET = 57
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _BASE_OFFSET = struct.Struct(">q")

@@ -50,6 +50,7 @@ from pyspark.sql.streaming.stateful_processor import (
 
 from headrace.streaming import buckets
 from headrace.streaming.errors import StreamingError
+from headrace.streaming.frames import utc_times
 from headrace.streaming.timeutil import epoch_ms
 from headrace.streaming.windows import EVENT_JSON, WindowedSpec
 
@@ -415,7 +416,7 @@ class ColumnarWindowProcessor(StatefulProcessor):
             if name in ("window_start", "window_end", "event_time"):
                 ms = np.concatenate([part.get(name, np.full(len(part["kind"]), _NAT,
                                                             dtype="int64")) for part in out])
-                data[name] = pd.Series(ms.astype("datetime64[ms]")).dt.tz_localize("UTC")
+                data[name] = utc_times(ms)
             else:
                 column = np.concatenate(
                     [part[name].astype(object) if name in part

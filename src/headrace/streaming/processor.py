@@ -35,6 +35,7 @@ from pyspark.sql.streaming.stateful_processor import (
 
 from headrace.streaming import aggregates, buckets
 from headrace.streaming.errors import StreamingError
+from headrace.streaming.frames import python_values, utc_times
 from headrace.streaming.timeutil import epoch_ms
 from headrace.streaming.windows import EVENT_JSON, WindowedSpec
 
@@ -94,7 +95,7 @@ class WindowProcessor(StatefulProcessor):
         for name, values in out.items():
             if name in _TIMES:  # epoch ms; None is NaT (int64's minimum)
                 ms = np.array([_NAT if v is None else v for v in values], dtype="int64")
-                data[name] = pd.Series(ms.astype("datetime64[ms]")).dt.tz_localize("UTC")
+                data[name] = utc_times(ms)
             else:
                 data[name] = pd.Series(values, dtype=object)
         return iter([pd.DataFrame(data)])
@@ -122,8 +123,7 @@ class WindowProcessor(StatefulProcessor):
             ms = epoch_ms(times).tolist()
             key_columns = [frame[k].tolist() for k in self.spec.keys]
             # a null arrives as NaN in a float column; both are skipped, as SQL skips nulls
-            inputs = [frame[c].astype(object).where(frame[c].notna(), None).tolist()
-                      for c in self.inputs]
+            inputs = [python_values(frame[c]) for c in self.inputs]
             base = len(events)
             events.extend(frame[EVENT_JSON].tolist())
             for i, t in enumerate(ms):

@@ -27,6 +27,7 @@ from pyspark.sql.streaming.stateful_processor import (
 
 from headrace.pipelines.fraud.rules import CardState, Thresholds, Txn, anomalous, score
 from headrace.streaming import buckets
+from headrace.streaming.frames import python_values, utc_times
 from headrace.streaming.timeutil import epoch_ms
 from headrace.streaming.windows import BUCKET
 
@@ -42,15 +43,6 @@ _INPUT = ("card_id", "txn_id", "user_id", "amount", "city", "lat", "lon", "avg_a
 
 # card id -> (the watermark at which the card's state is dropped, *CardState.to_stored())
 Cards = dict[str, tuple[Any, ...]]
-
-
-def _values(column: pd.Series) -> list[Any]:
-    """A column's values as Python objects, None for a null (pandas has NaN for some)."""
-    values: list[Any] = column.tolist()
-    if column.hasnans:
-        return [None if null else v
-                for v, null in zip(values, column.isna().tolist(), strict=True)]
-    return values
 
 
 class FraudDetector(StatefulProcessor):
@@ -99,7 +91,7 @@ class FraudDetector(StatefulProcessor):
         out: list[tuple[Any, ...]] = []
         if frames:
             batch = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-            columns = [_values(batch[c]) for c in _INPUT]
+            columns = [python_values(batch[c]) for c in _INPUT]
             # one tuple per transaction: its position, time and _INPUT values
             txns = list(zip(range(len(batch)), epoch_ms(batch["event_time"]).tolist(),
                             *columns, strict=True))
@@ -179,8 +171,7 @@ class FraudDetector(StatefulProcessor):
         data: dict[str, Any] = {name: pd.Series(values, dtype=object)
                                 for name, values in zip(_OUTPUT, zip(*out, strict=True),
                                                         strict=True)}
-        ms = np.array(data["event_time"].tolist(), dtype="int64")
-        data["event_time"] = pd.Series(ms.astype("datetime64[ms]")).dt.tz_localize("UTC")
+        data["event_time"] = utc_times(np.array(data["event_time"].tolist(), dtype="int64"))
         return iter([pd.DataFrame(data)])
 
     def handleExpiredTimer(self, key: Any, timerValues: TimerValues,

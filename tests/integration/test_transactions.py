@@ -541,7 +541,9 @@ def test_a_transaction_left_open_across_a_broker_crash_still_times_out(tmp_path:
         bootstrap = broker.bootstrap_servers
         create_topics(bootstrap, ["t"])
         tid = "crashed-open"
-        producer = transactional_producer(bootstrap, tid, **{"transaction.timeout.ms": 3000})
+        # Long enough for the restart, the describe, a produce and a read to happen before
+        # it runs out on a loaded machine (3 s was not, in one CI run).
+        producer = transactional_producer(bootstrap, tid, **{"transaction.timeout.ms": 15_000})
         produce_in_transaction(producer, "t", [b"committed"], True)
         produce_in_transaction(producer, "t", [b"left-open"], None)
         broker.kill()
@@ -555,7 +557,7 @@ def test_a_transaction_left_open_across_a_broker_crash_still_times_out(tmp_path:
             assert reader.values() == [b"committed"]
             wait_for("the replayed transaction to time out",
                      lambda: reader.poll_once() is not None and len(reader.values()) > 1,
-                     timeout=20)
+                     timeout=40)
             reader.read_to_end()
             assert reader.values() == [b"committed", b"after-restart"]
         assert describe(bootstrap, tid).state == "CompleteAbort"

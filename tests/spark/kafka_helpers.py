@@ -24,8 +24,8 @@ def create_topic(bootstrap: str, name: str, partitions: int = 1,
 def produce(bootstrap: str, topic: str, rows: list[tuple[Any, ...]]) -> list[tuple[int, int]]:
     """Produce ``(key, value[, partition[, timestamp_ms]])`` rows in order; return each row's
     (partition, offset)."""
-    # Idempotent: a retried batch (a slow broker just after the topic was created) is
-    # written once, so the offsets reported here are the only copies in the log.
+    # Idempotent: a retried batch (a slow broker just after the topic was created) keeps
+    # its place and is written once, so the log holds the rows in the order produced.
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 2,
                          "enable.idempotence": True})
     placed: list[tuple[int, int]] = [(-1, -1)] * len(rows)

@@ -9,9 +9,21 @@ import pytest
 from pyspark.sql import SparkSession
 
 from headrace.spark.session import local_session
-from headrace.testing import ApacheKafka, EmbeddedBroker, SchemaRegistryProcess
+from headrace.testing import ApacheKafka, EmbeddedBroker, SchemaRegistryProcess, scaled
 
 AnyBroker = EmbeddedBroker | ApacheKafka
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """pytest-timeout's limit (the ini ``timeout`` or a test's ``timeout`` mark) scaled by
+    ``HEADRACE_TEST_TIMEOUT_SCALE``, like every other timeout of the suite."""
+    default = float(config.getini("timeout") or 0)
+    for item in items:
+        marker = item.get_closest_marker("timeout")
+        limit = float(marker.args[0]) if marker and marker.args else default
+        if limit > 0:
+            item.add_marker(pytest.mark.timeout(scaled(limit)), append=False)
 
 
 @pytest.fixture(scope="session")

@@ -29,8 +29,33 @@ METRICS_PREFIX = "headrace broker metrics on "
 LISTENER_PREFIX = "headrace broker listener "
 
 
+TIMEOUT_SCALE_ENV = "HEADRACE_TEST_TIMEOUT_SCALE"
+
+
 class EmbeddedBrokerError(HeadraceError):
     """The embedded broker did not start or stop as expected."""
+
+
+def timeout_scale() -> float:
+    """The factor every timeout of headrace's tests and test helpers is multiplied by:
+    ``HEADRACE_TEST_TIMEOUT_SCALE`` (default 1; raise it on a slow or busy machine). A
+    timeout is how long to wait for something that should happen, never how long a test
+    is allowed to take to pass. Read on every call; an invalid value raises."""
+    raw = os.environ.get(TIMEOUT_SCALE_ENV, "").strip()
+    if not raw:
+        return 1.0
+    try:
+        scale = float(raw)
+    except ValueError:
+        scale = 0.0
+    if not scale > 0:
+        raise EmbeddedBrokerError(f"{TIMEOUT_SCALE_ENV} must be a positive number, not {raw!r}")
+    return scale
+
+
+def scaled(seconds: float) -> float:
+    """``seconds`` times ``timeout_scale()``: the one way tests derive a timeout."""
+    return seconds * timeout_scale()
 
 
 class _ServerProcess:
@@ -54,7 +79,7 @@ class _ServerProcess:
     def _wait_ready(self, marker: str, timeout: float, what: str) -> str:
         """Read output until a line contains ``marker``; return it. Blocks up to ``timeout``."""
         assert self.process is not None and self.process.stdout is not None
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + scaled(timeout)
         while True:
             line = self.process.stdout.readline()
             if not line:
@@ -77,7 +102,7 @@ class _ServerProcess:
             return proc.returncode if proc else 0
         proc.send_signal(signal.SIGTERM)
         try:
-            return proc.wait(timeout)
+            return proc.wait(scaled(timeout))
         except subprocess.TimeoutExpired:
             proc.kill()
             return proc.wait()
@@ -266,7 +291,7 @@ def format_kraft_storage(properties: Path, jvm_options: Sequence[str] = ()) -> N
         # an option if passed as a separate argument.
         kafka_java_command("kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
                            "-c", str(properties), jvm_options=jvm_options),
-        capture_output=True, text=True, timeout=120)
+        capture_output=True, text=True, timeout=scaled(120))
     if fmt.returncode != 0:
         raise EmbeddedBrokerError(f"formatting Kafka's storage failed:\n{fmt.stdout}{fmt.stderr}")
 
@@ -418,7 +443,7 @@ class PostgresServer:
             "unix_socket_directories": str(self.dir)}.items())
         done = subprocess.run([*self._as_owner(), self._bin("pg_ctl"), "-D", str(self.data),
                                "-o", options, "-l", str(self.dir / "server.log"), "-w",
-                               "start"], capture_output=True, text=True, check=False)
+                               "-t", str(round(scaled(60))), "start"], capture_output=True, text=True, check=False)
         if done.returncode != 0:
             log = (self.dir / "server.log").read_text() if (self.dir / "server.log").exists() \
                 else ""
@@ -429,7 +454,7 @@ class PostgresServer:
         """Fast shutdown. Idempotent."""
         if (self.data / "postmaster.pid").exists():
             subprocess.run([*self._as_owner(), self._bin("pg_ctl"), "-D", str(self.data),
-                            "-m", "fast", "-w", "stop"], capture_output=True, check=False)
+                            "-m", "fast", "-w", "-t", str(round(scaled(60))), "stop"], capture_output=True, check=False)
 
     def __enter__(self) -> PostgresServer:
         return self.start()

@@ -11,6 +11,8 @@ from pyspark.sql import SparkSession
 from headrace.spark.session import local_session
 from headrace.testing import ApacheKafka, EmbeddedBroker, SchemaRegistryProcess, scaled
 
+pytest_plugins = ["tests.timing"]
+
 AnyBroker = EmbeddedBroker | ApacheKafka
 
 

@@ -21,15 +21,11 @@ from headrace.streaming.aggregates import (
     sum_of,
 )
 from headrace.streaming.errors import SpecError, StreamingError
+from headrace.streaming.window_spec import Window, hopping, session, sliding, tumbling
 from headrace.streaming.windows import (
-    Window,
-    hopping,
     late_events,
     results,
-    session,
-    sliding,
     to_topics,
-    tumbling,
     windowed,
     with_spark_watermark,
 )

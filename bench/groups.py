@@ -44,7 +44,6 @@ in its cells; the other figures are still printed and written.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import multiprocessing as mp
 import os
@@ -58,7 +57,6 @@ import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
-from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -66,11 +64,11 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from brokers import ALL_SPECS, BrokerSpec, RunningBroker, create_topic, running, select_specs
 from clients import cpu_seconds
 from report import (
-    BENCHMARKS_MD,
-    environment_lines,
+    arguments,
     fmt_float,
     fmt_int,
     publish,
+    show_environment,
     table,
 )
 
@@ -902,7 +900,7 @@ SCENARIOS = ("failover", "rebalance", "commits")
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap = arguments(__doc__, "groups")
     ap.add_argument(
         "--brokers",
         default="headrace,tansu",
@@ -922,12 +920,6 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="length of each commit loop (default 3; quick 1)",
     )
-    ap.add_argument(
-        "--write-md", action="store_true", help="refresh the groups section of BENCHMARKS.md"
-    )
-    ap.add_argument(
-        "--md-file", type=Path, default=BENCHMARKS_MD, help="the file --write-md updates"
-    )
     args = ap.parse_args(argv)
     specs = select_specs(args.brokers, ALL_SPECS)
     scenarios = [s.strip() for s in args.only.split(",")]
@@ -938,8 +930,7 @@ def main(argv: list[str] | None = None) -> int:
     cycles = args.cycles or (1 if args.quick else 3)
     duration = args.commit_seconds or (1.0 if args.quick else 3.0)
 
-    env = environment_lines()
-    print("\n".join(env), flush=True)
+    env = show_environment()
     results = [BrokerResults(spec) for spec in specs]
     started = time.monotonic()
     for scenario in SCENARIOS:

@@ -22,21 +22,19 @@ values; keys are empty, so wire bytes are a little higher.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import traceback
 from dataclasses import dataclass
-from pathlib import Path
 
 from brokers import ALL_SPECS, METRICS_SPEC, BrokerSpec, create_topic, running, select_specs
 from clients import Phase, consume, cpu_seconds, produce
 from report import (
-    BENCHMARKS_MD,
-    environment_lines,
+    arguments,
     fmt_float,
     fmt_int,
     fmt_ratio,
     publish,
+    show_environment,
     table,
 )
 
@@ -159,7 +157,7 @@ def notes(runs: int) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap = arguments(__doc__, "throughput")
     ap.add_argument(
         "--brokers",
         default="all",
@@ -175,12 +173,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--runs", type=int, default=1, help="runs per cell; the median is reported")
     ap.add_argument("--quick", action="store_true", help="smoke run with 10x fewer records")
-    ap.add_argument(
-        "--write-md", action="store_true", help="refresh the throughput section of BENCHMARKS.md"
-    )
-    ap.add_argument(
-        "--md-file", type=Path, default=BENCHMARKS_MD, help="the file --write-md updates"
-    )
     args = ap.parse_args(argv)
 
     specs = select_specs(args.brokers, (*ALL_SPECS[:1], METRICS_SPEC, *ALL_SPECS[1:]))
@@ -191,8 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             n //= QUICK_DIVISOR
         cells.extend(Cell(size, int(p), n) for p in args.partitions.split(","))
 
-    env = environment_lines()
-    print("\n".join(env), flush=True)
+    env = show_environment()
     results: list[Result] = []
     for cell in cells:
         for spec in specs:

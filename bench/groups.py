@@ -61,7 +61,14 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from brokers import ALL_SPECS, BrokerSpec, RunningBroker, create_topic, running, select_specs
+from brokers import (
+    ALL_SPECS,
+    BrokerSpec,
+    RunningBroker,
+    add_brokers_option,
+    create_topic,
+    running,
+)
 from clients import cpu_seconds
 from report import (
     arguments,
@@ -901,11 +908,7 @@ SCENARIOS = ("failover", "rebalance", "commits")
 
 def main(argv: list[str] | None = None) -> int:
     ap = arguments(__doc__, "groups")
-    ap.add_argument(
-        "--brokers",
-        default="headrace,tansu",
-        help="comma-separated: headrace, headrace-fsync, tansu, or all (default headrace,tansu)",
-    )
+    add_brokers_option(ap, ALL_SPECS, "headrace,tansu")
     ap.add_argument(
         "--only", default=",".join(SCENARIOS), help="scenarios: failover, rebalance, commits"
     )
@@ -921,7 +924,7 @@ def main(argv: list[str] | None = None) -> int:
         help="length of each commit loop (default 3; quick 1)",
     )
     args = ap.parse_args(argv)
-    specs = select_specs(args.brokers, ALL_SPECS)
+    specs: list[BrokerSpec] = args.brokers
     scenarios = [s.strip() for s in args.only.split(",")]
     for s in scenarios:
         if s not in SCENARIOS:

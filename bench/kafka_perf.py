@@ -37,7 +37,14 @@ from functools import partial
 
 import psutil  # type: ignore[import-untyped]
 
-from brokers import KAFKA_JVM_OPTS, BrokerSpec, create_topic, kafka_version, running, select_specs
+from brokers import (
+    KAFKA_JVM_OPTS,
+    BrokerSpec,
+    add_brokers_option,
+    create_topic,
+    kafka_version,
+    running,
+)
 from report import (
     arguments,
     fmt_float,
@@ -355,11 +362,10 @@ def notes(sizes: Sizes, runs: int) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = arguments(__doc__, "kafka_perf")
     ap.add_argument("--runs", type=int, default=3, help="full sweeps; tables show medians")
-    ap.add_argument("--brokers", default="headrace,kafka,tansu",
-                    help="comma-separated subset of headrace,kafka,tansu")
+    add_brokers_option(ap, SPECS, "headrace,kafka,tansu")
     ap.add_argument("--quick", action="store_true", help="smoke-sized sweep, one run")
     args = ap.parse_args(argv)
-    specs = select_specs(args.brokers, SPECS)
+    specs: list[BrokerSpec] = args.brokers
     sizes = QUICK if args.quick else FULL
     runs = 1 if args.quick else args.runs
     env = show_environment([f"JVM: {java_version()}; Apache Kafka {kafka_version()}"])

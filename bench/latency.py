@@ -31,7 +31,7 @@ from multiprocessing.synchronize import Event
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from brokers import ALL_SPECS, BrokerSpec, create_topic, running, select_specs
+from brokers import ALL_SPECS, BrokerSpec, add_brokers_option, create_topic, running
 from clients import DeliveryErrors
 from report import (
     arguments,
@@ -285,11 +285,7 @@ def notes(s: Settings) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = arguments(__doc__, "latency")
-    ap.add_argument(
-        "--brokers",
-        default="all",
-        help="comma-separated: headrace, headrace-fsync, tansu (default all)",
-    )
+    add_brokers_option(ap, ALL_SPECS)
     ap.add_argument("--rate", type=int, default=10_000, help="records per second")
     ap.add_argument("--duration", type=float, default=10.0, help="measured seconds")
     ap.add_argument("--warmup", type=float, default=2.0, help="discarded seconds first")
@@ -308,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         linger_ms=args.linger_ms,
         fetch_wait_ms=args.fetch_wait_ms,
     )
-    specs = select_specs(args.brokers, ALL_SPECS)
+    specs: list[BrokerSpec] = args.brokers
     env = show_environment()
     results: list[Result] = []
     for spec in specs:

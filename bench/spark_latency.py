@@ -40,7 +40,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from brokers import BrokerSpec, create_topic, running, select_specs
+from brokers import BrokerSpec, add_brokers_option, create_topic, running
 from clients import spark_session
 from report import arguments, fmt_float, fmt_int, publish, show_environment, table
 
@@ -223,9 +223,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=5.0, help="records per second")
     ap.add_argument("--seconds", type=float, default=30.0, help="per delivery mode")
     ap.add_argument("--warmup", type=float, default=5.0, help="seconds not measured")
-    ap.add_argument("--brokers", default="headrace", help="headrace, tansu or both")
+    add_brokers_option(ap, SPEC_CHOICES, "headrace")
     args = ap.parse_args(argv)
-    specs = select_specs(args.brokers, SPEC_CHOICES)
+    specs: list[BrokerSpec] = args.brokers
 
     env = show_environment()
     work = Path(tempfile.mkdtemp(prefix="bench-spark-latency-"))

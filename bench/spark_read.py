@@ -51,7 +51,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from confluent_kafka import Producer
 
-from brokers import BrokerSpec, create_topic, running, select_specs
+from brokers import BrokerSpec, add_brokers_option, create_topic, running
 from clients import DeliveryErrors, spark_session
 from report import arguments, fmt_float, fmt_int, publish, show_environment, table
 
@@ -402,14 +402,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--partitions", type=int, default=8)
     ap.add_argument("--producers", type=int, default=2, help="producer processes")
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--brokers", default="headrace,tansu",
-                    help="comma-separated: headrace, tansu, kafka (Apache Kafka), or all")
+    add_brokers_option(ap, SPEC_CHOICES, "headrace,tansu")
     ap.add_argument("--no-spark-kafka", dest="spark_kafka", action="store_false",
                     help="skip Spark's own format(\"kafka\") reader")
     ap.add_argument("--no-tuned", dest="tuned", action="store_false",
                     help="skip the read through librdkafka (headrace.reader=librdkafka)")
     args = ap.parse_args(argv)
-    specs = select_specs(args.brokers, SPEC_CHOICES)
+    specs: list[BrokerSpec] = args.brokers
 
     env = show_environment()
     work = Path(tempfile.mkdtemp(prefix="bench-spark-read-"))

@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from brokers import BrokerSpec, create_topic, running, select_specs
+from brokers import BrokerSpec, add_brokers_option, create_topic, running
 from clients import spark_session
 from report import arguments, fmt_int, publish, show_environment, table
 from spark_read import CHUNK, VALUE_BYTES
@@ -227,9 +227,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--files-per-batch", type=int, default=2)
     ap.add_argument("--partitions", type=int, default=8)
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--brokers", default="headrace", help="headrace, tansu or both")
+    add_brokers_option(ap, SPEC_CHOICES, "headrace")
     args = ap.parse_args(argv)
-    specs = select_specs(args.brokers, SPEC_CHOICES)
+    specs: list[BrokerSpec] = args.brokers
 
     env = show_environment()
     work = Path(tempfile.mkdtemp(prefix="bench-spark-sink-"))

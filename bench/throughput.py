@@ -26,7 +26,14 @@ import sys
 import traceback
 from dataclasses import dataclass
 
-from brokers import ALL_SPECS, METRICS_SPEC, BrokerSpec, create_topic, running, select_specs
+from brokers import (
+    ALL_SPECS,
+    METRICS_SPEC,
+    BrokerSpec,
+    add_brokers_option,
+    create_topic,
+    running,
+)
 from clients import Phase, consume, cpu_seconds, produce
 from report import (
     arguments,
@@ -158,11 +165,7 @@ def notes(runs: int) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = arguments(__doc__, "throughput")
-    ap.add_argument(
-        "--brokers",
-        default="all",
-        help="comma-separated: headrace, headrace-metrics, headrace-fsync, tansu (default all)",
-    )
+    add_brokers_option(ap, (*ALL_SPECS[:1], METRICS_SPEC, *ALL_SPECS[1:]))
     ap.add_argument("--sizes", default="100,1024", help="record value sizes in bytes")
     ap.add_argument("--partitions", default="1,8", help="partition counts")
     ap.add_argument(
@@ -175,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="smoke run with 10x fewer records")
     args = ap.parse_args(argv)
 
-    specs = select_specs(args.brokers, (*ALL_SPECS[:1], METRICS_SPEC, *ALL_SPECS[1:]))
+    specs: list[BrokerSpec] = args.brokers
     cells: list[Cell] = []
     for size in (int(s) for s in args.sizes.split(",")):
         n = args.records or DEFAULT_RECORDS.get(size, max(1, 100_000_000 // size))

@@ -63,7 +63,14 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import OffsetSpec
 
-from brokers import ALL_SPECS, BrokerSpec, admin, create_topic, running, select_specs
+from brokers import (
+    ALL_SPECS,
+    BrokerSpec,
+    add_brokers_option,
+    admin,
+    create_topic,
+    running,
+)
 from clients import CONSUMER_CONFIG, PRODUCER_CONFIG, DeliveryErrors, cpu_seconds, payload
 from report import (
     arguments,
@@ -600,11 +607,7 @@ def check_lines(results: list[Result]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = arguments(__doc__, "transactions")
-    ap.add_argument(
-        "--brokers",
-        default="headrace,tansu",
-        help="comma-separated: headrace, headrace-fsync, tansu, or all (default headrace,tansu)",
-    )
+    add_brokers_option(ap, ALL_SPECS, "headrace,tansu")
     ap.add_argument("--sizes", default="100,1024", help="record value sizes in bytes")
     ap.add_argument("--partitions", default="1,8", help="partition counts")
     ap.add_argument(
@@ -628,7 +631,7 @@ def main(argv: list[str] | None = None) -> int:
     duration = args.duration if args.duration is not None else (1.0 if args.quick else 3.0)
     rounds = args.rounds if args.rounds is not None else (1 if args.quick else 2)
     interval_s = args.interval_ms / 1000.0
-    specs = select_specs(args.brokers, ALL_SPECS)
+    specs: list[BrokerSpec] = args.brokers
     cells = [
         Cell(int(s), int(p)) for s in args.sizes.split(",") for p in args.partitions.split(",")
     ]

@@ -11,17 +11,18 @@ Two rules:
 - each unit (a sub-package of ``headrace``, or a module directly under it) imports only the
   units ``LAYERS`` places below it.
 
-The layers, top to bottom (a unit may import what its row of ``LAYERS`` names and,
-transitively, whatever those may)::
+``LAYERS`` names, for each unit, the units it may import directly; it may also import
+whatever those may (the order is transitive). In short::
 
-    __main__
-    cli            the ``headrace`` command: dispatches to everything below
-    console        pipelines                                  broker
-    ops            realtime  eventsourcing  registry  cdc     storage
-    testing        streaming    |
-                   spark -------+
-    jvm  fencing   protocol
-    headrace (the package's __init__), errors
+    protocol < storage < broker
+    protocol, jvm < spark < streaming < realtime < pipelines
+    spark, fencing < eventsourcing < pipelines
+    fencing < registry < pipelines;  cdc < pipelines;  jvm < testing < pipelines
+    testing, protocol < ops < console
+    broker, console, pipelines < cli < __main__
+
+with ``errors`` and the package's own ``__init__`` (``HeadraceError``, ``__version__``)
+below everything.
 
 Only ``cli`` reaches ``broker``: everything from ``spark`` up talks to a broker through
 the Kafka protocol alone (DESIGN.md).
@@ -103,6 +104,9 @@ def imports(source: str, name: str, is_package: bool,
     for node in ast.walk(ast.parse(source)):
         targets: list[str] = []
         if isinstance(node, ast.Import):
+            # ``import a.b.c`` counts as an import of ``a.b.c`` alone: the parents' inits
+            # Python runs on the way are not edges (else every package that re-exports a
+            # submodule would be in a cycle with it).
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""

@@ -18,6 +18,7 @@ group, SIGKILL after a grace period).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import shutil
@@ -96,6 +97,15 @@ def select_specs(keys: str, allowed: tuple[BrokerSpec, ...] = ALL_SPECS) -> list
             raise SystemExit(f"unknown broker {k!r}; choose from {', '.join(by_key)} or all")
         out.append(by_key[k])
     return [s for s in allowed if s in out]  # a fixed order, whatever the flag's order
+
+
+def add_brokers_option(ap: argparse.ArgumentParser, allowed: tuple[BrokerSpec, ...] = ALL_SPECS,
+                       default: str = "all") -> None:
+    """``--brokers``, a comma-separated choice among ``allowed`` (by key) or ``all``, parsed
+    by ``select_specs``: ``args.brokers`` is the list of specs, in ``allowed``'s order."""
+    keys = ", ".join(s.key for s in allowed)
+    ap.add_argument("--brokers", default=default, type=lambda v: select_specs(v, allowed),
+                    help=f"comma-separated: {keys}, or all (default {default})")
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,6 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import random
 import re
 import sys
@@ -42,7 +41,15 @@ from headrace.storage.cleaner import (
 )
 from headrace.storage.config import LogConfig
 from headrace.storage.log import PartitionLog
-from report import BENCHMARKS_MD, environment_lines, fmt_float, fmt_int, publish, table
+from report import (
+    arguments,
+    fmt_float,
+    fmt_int,
+    percentile,
+    publish,
+    show_environment,
+    table,
+)
 
 TOPIC = "bench-cleaner"
 CODECS = {"none": 0, "zstd": 4}
@@ -100,8 +107,7 @@ class LatencyRun:
     rate: float
 
     def pct(self, q: float) -> float:
-        xs = self.latencies_ms
-        return xs[min(len(xs) - 1, max(0, int(q / 100.0 * len(xs) + 0.5) - 1))]
+        return percentile(self.latencies_ms, q)
 
 
 _PASS = re.compile(r"cleaned \S+ .*?: (\d+) -> \d+ bytes.*? ([0-9.]+) s, ([0-9.]+) MB/s")
@@ -164,17 +170,14 @@ def latency_run(cleaner: bool, keys: int, prefill: int, rate: int, duration: flo
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap = arguments(__doc__, "cleaner")
     ap.add_argument("--quick", action="store_true", help="smaller logs, 5 s runs")
     ap.add_argument("--rate", type=int, default=5000, help="paced produce rate, records/s")
     ap.add_argument("--duration", type=float, default=15.0, help="measured seconds per run")
     ap.add_argument("--repeat", type=int, default=2,
                     help="latency runs per setting, alternating (shows the host's noise)")
-    ap.add_argument("--write-md", action="store_true", help="refresh BENCHMARKS.md's section")
-    ap.add_argument("--md-file", type=Path, default=BENCHMARKS_MD)
     args = ap.parse_args(argv)
-    env = environment_lines()
-    print("\n".join(env), flush=True)
+    env = show_environment()
     scale = 5 if args.quick else 1
     workloads = [Workload(500_000 // scale, 10_000, 100, "none"),
                  Workload(500_000 // scale, 10_000, 100, "zstd"),

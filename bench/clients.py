@@ -1,4 +1,5 @@
-"""The librdkafka (confluent-kafka) clients the benchmarks drive, and their timing.
+"""The clients the benchmarks drive, and their timing: librdkafka (confluent-kafka)
+producers and consumers, a local SparkSession, raw Kafka request frames.
 
 ``produce`` and ``consume`` run in the calling thread and block until done; both raise
 ``RuntimeError`` on a delivery error, a stall or a short read, so a figure is only ever
@@ -7,11 +8,13 @@ reported for a complete, verified run.
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import psutil  # type: ignore[import-untyped]
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
@@ -85,6 +88,55 @@ def cpu_seconds(pid: int) -> Callable[[], float]:
     return read
 
 
+class DeliveryErrors(list[KafkaError]):
+    """A producer's ``on_delivery`` callback that keeps the errors. Meant for producers with
+    ``delivery.report.only.error`` (successes do not call it); it runs in whichever thread
+    calls the producer's ``poll``/``flush``."""
+
+    def __call__(self, err: KafkaError | None, _msg: object) -> None:
+        if err is not None:
+            self.append(err)
+
+
+def frame(request: object, version: int, correlation_id: int = 1,
+          client_id: str = "bench") -> bytes:
+    """A kafka-python request encoded for the wire (size, header, body), for the scripts
+    that speak the protocol over a raw socket."""
+    request.with_header(correlation_id=correlation_id,  # type: ignore[attr-defined]
+                        client_id=client_id)
+    return bytes(request.encode(version=version, header=True,  # type: ignore[attr-defined]
+                                framed=True))
+
+
+def spark_session(app: str, extra: dict[str, str] | None = None, *,
+                  kafka_connector: bool = True) -> Any:
+    """A local[2] SparkSession with ``format("headrace")`` registered (imports pyspark
+    late: the producer processes do not need it). ``extra`` settings are applied last;
+    ``kafka_connector`` puts Spark's own ``format("kafka")`` on the classpath when its jars
+    were built."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    from headrace.spark import register
+    from headrace.spark.session import kafka_connector_jars
+
+    builder = (SparkSession.builder.master("local[2]").appName(app)
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.driver.memory", "4g"))
+    jars = kafka_connector_jars() if kafka_connector else []
+    if jars:  # Spark's own format("kafka")
+        builder = builder.config("spark.jars", ",".join(jars))
+    for k, v in (extra or {}).items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
 def _no_cpu() -> float:
     return 0.0
 
@@ -110,19 +162,14 @@ def produce(
     Timed from the first ``produce()`` until ``flush()`` returns, i.e. until every record is
     acknowledged (acks=all). ``label`` turns on progress lines on stderr.
     """
-    errors: list[KafkaError] = []
-
-    def on_delivery(err: KafkaError | None, _msg: object) -> None:
-        if err is not None:
-            errors.append(err)
-
+    errors = DeliveryErrors()
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
             **PRODUCER_CONFIG,
             **(overrides or {}),
             "delivery.report.only.error": True,
-            "on_delivery": on_delivery,
+            "on_delivery": errors,
         }
     )
     producer.list_topics(topic, timeout=10.0)  # warm the connection and metadata cache

@@ -28,7 +28,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from report import environment_lines, fmt_int, publish, table
+from report import arguments, fmt_int, publish, show_environment, table
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
@@ -68,14 +68,13 @@ def sustained(r: dict[str, Any]) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap = arguments(__doc__, "fraud")
     ap.add_argument("--rates", default="1000,5000,20000", help="transactions/s, comma-separated")
     ap.add_argument("--engines", default="realtime,microbatch")
     ap.add_argument("--duration", type=float, default=60.0, help="seconds of traffic per cell")
     ap.add_argument("--warmup", type=float, default=15.0, help="seconds before latency counts")
     ap.add_argument("--incidents", type=float, default=60.0,
                     help="incidents of each pattern per minute (each gives timed alerts)")
-    ap.add_argument("--write-md", action="store_true")
     ap.add_argument("--cell", help=argparse.SUPPRESS)  # engine:rate, run in this process
     args = ap.parse_args(argv)
     if args.cell:
@@ -83,8 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(cell(engine, float(rate), args.duration, args.warmup,
                               args.incidents)))
         return 0
-    env = [*environment_lines(), f"load average before: {os.getloadavg()[0]:.2f}"]
-    print("\n".join(env), flush=True)
+    env = show_environment([f"load average before: {os.getloadavg()[0]:.2f}"])
     rows, stage_rows = [], []
     for rate in (float(r) for r in args.rates.split(",")):
         for engine in args.engines.split(","):
@@ -129,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         f"load average after: {os.getloadavg()[0]:.2f}",
     ]
     publish("fraud", "Fraud detection latency: real-time and micro-batch paths "
-            "(bench/fraud_latency.py)", env, body, notes, args.write_md)
+            "(bench/fraud_latency.py)", env, body, notes, args.write_md,
+            args.md_file)
     return 0
 
 

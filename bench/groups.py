@@ -44,7 +44,6 @@ in its cells; the other figures are still printed and written.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import multiprocessing as mp
 import os
@@ -58,19 +57,25 @@ import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
-from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from brokers import ALL_SPECS, BrokerSpec, RunningBroker, create_topic, running, select_specs
+from brokers import (
+    ALL_SPECS,
+    BrokerSpec,
+    RunningBroker,
+    add_brokers_option,
+    create_topic,
+    running,
+)
 from clients import cpu_seconds
 from report import (
-    BENCHMARKS_MD,
-    environment_lines,
+    arguments,
     fmt_float,
     fmt_int,
     publish,
+    show_environment,
     table,
 )
 
@@ -902,12 +907,8 @@ SCENARIOS = ("failover", "rebalance", "commits")
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument(
-        "--brokers",
-        default="headrace,tansu",
-        help="comma-separated: headrace, headrace-fsync, tansu, or all (default headrace,tansu)",
-    )
+    ap = arguments(__doc__, "groups")
+    add_brokers_option(ap, ALL_SPECS, "headrace,tansu")
     ap.add_argument(
         "--only", default=",".join(SCENARIOS), help="scenarios: failover, rebalance, commits"
     )
@@ -922,14 +923,8 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="length of each commit loop (default 3; quick 1)",
     )
-    ap.add_argument(
-        "--write-md", action="store_true", help="refresh the groups section of BENCHMARKS.md"
-    )
-    ap.add_argument(
-        "--md-file", type=Path, default=BENCHMARKS_MD, help="the file --write-md updates"
-    )
     args = ap.parse_args(argv)
-    specs = select_specs(args.brokers, ALL_SPECS)
+    specs: list[BrokerSpec] = args.brokers
     scenarios = [s.strip() for s in args.only.split(",")]
     for s in scenarios:
         if s not in SCENARIOS:
@@ -938,8 +933,7 @@ def main(argv: list[str] | None = None) -> int:
     cycles = args.cycles or (1 if args.quick else 3)
     duration = args.commit_seconds or (1.0 if args.quick else 3.0)
 
-    env = environment_lines()
-    print("\n".join(env), flush=True)
+    env = show_environment()
     results = [BrokerResults(spec) for spec in specs]
     started = time.monotonic()
     for scenario in SCENARIOS:

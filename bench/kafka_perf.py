@@ -25,7 +25,6 @@ counts) that checks the wiring, not the speed.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import re
 import statistics
@@ -35,17 +34,24 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 
 import psutil  # type: ignore[import-untyped]
 
-from brokers import KAFKA_JVM_OPTS, BrokerSpec, create_topic, kafka_version, running
+from brokers import (
+    KAFKA_JVM_OPTS,
+    BrokerSpec,
+    add_brokers_option,
+    create_topic,
+    kafka_version,
+    running,
+)
 from report import (
-    BENCHMARKS_MD,
-    environment_lines,
+    arguments,
     fmt_float,
     fmt_int,
+    fmt_ratio,
     publish,
+    show_environment,
     table,
 )
 
@@ -274,12 +280,6 @@ def _with_spread(xs: Sequence[float], digits: int | None = None) -> str:
     return text
 
 
-def _ratio(num: float | None, den: float | None) -> str:
-    if num is None or den is None or den <= 0:
-        return "-"
-    return f"{num / den:.2f}x"
-
-
 def render(results: Results, specs: Sequence[BrokerSpec], sizes: Sizes) -> str:
     kinds = [s.kind for s in specs]
     names = {s.kind: s.name for s in specs}
@@ -303,7 +303,7 @@ def render(results: Results, specs: Sequence[BrokerSpec], sizes: Sizes) -> str:
                     row += [_with_spread(rates[k].cpu_s_per_m, 2) for k in kinds]
                     if REFERENCE in kinds:
                         ref = _median(rates[REFERENCE].records_per_s)
-                        row += [_ratio(_median(rates[k].records_per_s), ref) for k in others]
+                        row += [fmt_ratio(_median(rates[k].records_per_s), ref) for k in others]
                     rows.append(row)
         what = "ProducerPerformance" if test == "produce" else "ConsumerPerformance"
         out.append(f"### {test.capitalize()} ({what})")
@@ -318,7 +318,7 @@ def render(results: Results, specs: Sequence[BrokerSpec], sizes: Sizes) -> str:
         rows.append([names[k], _with_spread(lat.avg_ms, 3),
                      _with_spread(lat.p50, 0), _with_spread(lat.p99, 0),
                      _with_spread(lat.p999, 0),
-                     _ratio(_median(lat.p99), _median(ref_lat.p99) if ref_lat else None)])
+                     fmt_ratio(_median(lat.p99), _median(ref_lat.p99) if ref_lat else None)])
     out.append("### End-to-end latency (EndToEndLatency)")
     out.append("")
     out.append(table(headers, rows))
@@ -360,25 +360,15 @@ def notes(sizes: Sizes, runs: int) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = arguments(__doc__, "kafka_perf")
     ap.add_argument("--runs", type=int, default=3, help="full sweeps; tables show medians")
-    ap.add_argument("--brokers", default="headrace,kafka,tansu",
-                    help="comma-separated subset of headrace,kafka,tansu")
+    add_brokers_option(ap, SPECS, "headrace,kafka,tansu")
     ap.add_argument("--quick", action="store_true", help="smoke-sized sweep, one run")
-    ap.add_argument("--write-md", action="store_true",
-                    help="refresh the kafka_perf section of BENCHMARKS.md")
-    ap.add_argument("--md-file", type=Path, default=BENCHMARKS_MD)
     args = ap.parse_args(argv)
-    wanted = [k.strip() for k in args.brokers.split(",")]
-    unknown = set(wanted) - {s.kind for s in SPECS}
-    if unknown:
-        raise SystemExit(f"unknown broker(s) {sorted(unknown)}; choose from headrace,kafka,tansu")
-    specs = [s for s in SPECS if s.kind in wanted]
+    specs: list[BrokerSpec] = args.brokers
     sizes = QUICK if args.quick else FULL
     runs = 1 if args.quick else args.runs
-    env = environment_lines()
-    env.insert(4, f"JVM: {java_version()}; Apache Kafka {kafka_version()}")
-    print("\n".join(env), flush=True)
+    env = show_environment([f"JVM: {java_version()}; Apache Kafka {kafka_version()}"])
     results = Results()
     for run in range(1, runs + 1):
         for spec in specs:

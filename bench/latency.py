@@ -18,7 +18,6 @@ phase (connections made, consumer fetching) precedes the measured phase and is d
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing as mp
 import struct
 import sys
@@ -29,17 +28,18 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.sharedctypes import Synchronized
 from multiprocessing.synchronize import Event
-from pathlib import Path
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from brokers import ALL_SPECS, BrokerSpec, create_topic, running, select_specs
+from brokers import ALL_SPECS, BrokerSpec, add_brokers_option, create_topic, running
+from clients import DeliveryErrors
 from report import (
-    BENCHMARKS_MD,
-    environment_lines,
+    arguments,
     fmt_float,
     fmt_int,
+    percentile,
     publish,
+    show_environment,
     table,
 )
 
@@ -70,9 +70,8 @@ class Result:
     error: str | None = None
 
     def pct(self, q: float) -> float:
-        """Nearest-rank percentile of the sorted latencies, in ms."""
-        xs = self.latencies_ms
-        return xs[min(len(xs) - 1, max(0, int(q / 100.0 * len(xs) + 0.5) - 1))]
+        """Percentile ``q`` of the latencies, in ms."""
+        return percentile(self.latencies_ms, q)
 
 
 def consumer_main(
@@ -134,12 +133,7 @@ def _value(kind: int, size: int) -> bytes:
 
 def produce_paced(bootstrap: str, s: Settings, first_seen: Event) -> tuple[int, float]:
     """Warm up, then produce ``rate * duration`` measured records; returns (sent, rate)."""
-    errors: list[KafkaError] = []
-
-    def on_delivery(err: KafkaError | None, _msg: object) -> None:
-        if err is not None:
-            errors.append(err)
-
+    errors = DeliveryErrors()
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -149,7 +143,7 @@ def produce_paced(bootstrap: str, s: Settings, first_seen: Event) -> tuple[int, 
             "enable.idempotence": False,
             "socket.nagle.disable": True,
             "delivery.report.only.error": True,
-            "on_delivery": on_delivery,
+            "on_delivery": errors,
             "log_level": 3,
         }
     )
@@ -290,12 +284,8 @@ def notes(s: Settings) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument(
-        "--brokers",
-        default="all",
-        help="comma-separated: headrace, headrace-fsync, tansu (default all)",
-    )
+    ap = arguments(__doc__, "latency")
+    add_brokers_option(ap, ALL_SPECS)
     ap.add_argument("--rate", type=int, default=10_000, help="records per second")
     ap.add_argument("--duration", type=float, default=10.0, help="measured seconds")
     ap.add_argument("--warmup", type=float, default=2.0, help="discarded seconds first")
@@ -303,12 +293,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--linger-ms", type=float, default=1.0, help="producer linger.ms")
     ap.add_argument("--fetch-wait-ms", type=int, default=5, help="consumer fetch.wait.max.ms")
     ap.add_argument("--quick", action="store_true", help="3 s measured, 1 s warm-up")
-    ap.add_argument(
-        "--write-md", action="store_true", help="refresh the latency section of BENCHMARKS.md"
-    )
-    ap.add_argument(
-        "--md-file", type=Path, default=BENCHMARKS_MD, help="the file --write-md updates"
-    )
     args = ap.parse_args(argv)
     if args.size < HEADER.size:
         raise SystemExit(f"--size must be at least {HEADER.size}")
@@ -320,9 +304,8 @@ def main(argv: list[str] | None = None) -> int:
         linger_ms=args.linger_ms,
         fetch_wait_ms=args.fetch_wait_ms,
     )
-    specs = select_specs(args.brokers, ALL_SPECS)
-    env = environment_lines()
-    print("\n".join(env), flush=True)
+    specs: list[BrokerSpec] = args.brokers
+    env = show_environment()
     results: list[Result] = []
     for spec in specs:
         r = run_broker(spec, s)

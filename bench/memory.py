@@ -20,7 +20,6 @@ process maps) is reported beside it because the page cache is not the broker's m
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import sys
@@ -36,11 +35,11 @@ import psutil  # type: ignore[import-untyped]
 from brokers import BrokerSpec, create_topic, running
 from clients import Phase, consume, cpu_seconds, produce
 from report import (
-    BENCHMARKS_MD,
-    environment_lines,
+    arguments,
     fmt_float,
     fmt_int,
     publish,
+    show_environment,
     table,
 )
 
@@ -232,22 +231,15 @@ def summary(o: Outcome) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap = arguments(__doc__, "memory")
     ap.add_argument("--size-gb", type=float, default=5.0, help="GB (10^9 B) of values to write")
     ap.add_argument("--partitions", type=int, default=1, help="partitions of the topic")
     ap.add_argument("--interval-ms", type=float, default=100.0, help="RSS sampling period")
     ap.add_argument(
         "--data-parent", type=Path, default=None, help="where to create the data dir (temp)"
     )
-    ap.add_argument(
-        "--write-md", action="store_true", help="refresh the memory section of BENCHMARKS.md"
-    )
-    ap.add_argument(
-        "--md-file", type=Path, default=BENCHMARKS_MD, help="the file --write-md updates"
-    )
     args = ap.parse_args(argv)
-    env = environment_lines()
-    print("\n".join(env), flush=True)
+    env = show_environment()
     print("Tansu: skipped (in-memory storage; its RSS holds the log by construction)", flush=True)
     try:
         o = run(args.size_gb, args.partitions, args.interval_ms / 1000.0, args.data_parent)

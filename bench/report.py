@@ -1,4 +1,5 @@
-"""Shared reporting for the benchmark scripts: machine facts, tables, BENCHMARKS.md sections.
+"""Shared reporting for the benchmark scripts: command-line options, machine facts,
+percentiles, tables, BENCHMARKS.md sections.
 
 BENCHMARKS.md is hand-written prose around generated sections. Each script owns the text
 between ``<!-- bench:NAME:start -->`` and ``<!-- bench:NAME:end -->`` and replaces only that;
@@ -7,6 +8,7 @@ a missing section is appended at the end (a missing file is created).
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import os
 import platform
@@ -85,6 +87,34 @@ def environment_lines() -> list[str]:
         f"load average at start: {' / '.join(f'{x:.2f}' for x in os.getloadavg())} "
         "(1 / 5 / 15 min)",
     ]
+
+
+def show_environment(extra: Sequence[str] = ()) -> list[str]:
+    """``environment_lines()``, with ``extra`` facts before the load average, printed at
+    once (a long run shows what it runs on from the start); returned for ``publish``."""
+    env = environment_lines()
+    env[-1:-1] = extra
+    print("\n".join(env), flush=True)
+    return env
+
+
+def arguments(doc: str | None, name: str) -> argparse.ArgumentParser:
+    """A parser for a benchmark script: its docstring's first line as the description, and
+    the options of ``publish`` (``--write-md`` refreshes section ``name`` of ``--md-file``)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0] if doc else None)
+    ap.add_argument(
+        "--write-md", action="store_true", help=f"refresh the {name} section of BENCHMARKS.md"
+    )
+    ap.add_argument(
+        "--md-file", type=Path, default=BENCHMARKS_MD, help="the file --write-md updates"
+    )
+    return ap
+
+
+def percentile(ordered: Sequence[float], q: float) -> float:
+    """Percentile ``q`` (0..100) of the sorted, non-empty ``ordered``: the value at rank
+    ``q% of n``, rounded to the nearest rank."""
+    return ordered[min(len(ordered) - 1, max(0, int(q / 100.0 * len(ordered) + 0.5) - 1))]
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

@@ -30,8 +30,10 @@ from kafka.protocol.producer import ProduceRequest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from brokers import METRICS_SPEC, BrokerSpec, create_topic, running
+from clients import frame
 
 TOPIC = "request-cpu"
+CLIENT_ID = "request-cpu"
 
 
 def _batch(records: int, size: int) -> bytes:
@@ -44,26 +46,22 @@ def _batch(records: int, size: int) -> bytes:
     return bytes(b.build())
 
 
-def _frame(req: object, version: int) -> bytes:
-    req.with_header(correlation_id=1, client_id="request-cpu")  # type: ignore[attr-defined]
-    return bytes(req.encode(version=version, header=True, framed=True))  # type: ignore[attr-defined]
-
-
 def produce_frame(batch: bytes) -> bytes:
     tpd = ProduceRequest.TopicProduceData
-    return _frame(ProduceRequest(transactional_id=None, acks=1, timeout_ms=30000, topic_data=[
-        tpd(name=TOPIC, partition_data=[tpd.PartitionProduceData(index=0, records=batch)])]), 8)
+    return frame(ProduceRequest(transactional_id=None, acks=1, timeout_ms=30000, topic_data=[
+        tpd(name=TOPIC, partition_data=[tpd.PartitionProduceData(index=0, records=batch)])]), 8,
+        client_id=CLIENT_ID)
 
 
 def fetch_frame(offset: int, max_bytes: int) -> bytes:
     ft = FetchRequest.FetchTopic
-    return _frame(FetchRequest(
+    return frame(FetchRequest(
         replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=64 << 20, isolation_level=0,
         session_id=0, session_epoch=-1,
         topics=[ft(topic=TOPIC, partitions=[ft.FetchPartition(
             partition=0, fetch_offset=offset, log_start_offset=-1,
             partition_max_bytes=max_bytes)])],
-        forgotten_topics_data=[], rack_id=""), 11)
+        forgotten_topics_data=[], rack_id=""), 11, client_id=CLIENT_ID)
 
 
 class _Conn:

@@ -20,7 +20,6 @@ connection from /proc (the client's PBKDF2 is the client's cost, not counted the
 
 from __future__ import annotations
 
-import argparse
 import os
 import socket
 import ssl
@@ -40,8 +39,8 @@ from kafka.protocol.sasl import (
     SaslHandshakeRequest,
 )
 
-from clients import Phase, consume, cpu_seconds, produce
-from report import environment_lines, fmt_float, fmt_int, fmt_ratio, publish, table
+from clients import Phase, consume, cpu_seconds, frame, produce
+from report import arguments, fmt_float, fmt_int, fmt_ratio, publish, show_environment, table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.integration.tls_support import make_pki
@@ -63,11 +62,6 @@ def client_settings(protocol: str, ca: Path) -> dict[str, object]:
     return settings
 
 
-def _frame(req: object, version: int, correlation: int) -> bytes:
-    req.with_header(correlation_id=correlation, client_id="bench")  # type: ignore[attr-defined]
-    return bytes(req.encode(version=version, header=True, framed=True))  # type: ignore[attr-defined]
-
-
 def _read(sock: socket.socket | ssl.SSLSocket) -> bytes:
     def exactly(n: int) -> bytes:
         buf = b""
@@ -87,19 +81,19 @@ def one_connection(address: str, protocol: str, context: ssl.SSLContext) -> None
     try:
         if protocol.endswith("SSL"):
             sock = context.wrap_socket(sock, server_hostname=host)
-        sock.sendall(_frame(ApiVersionsRequest(), 0, 1))
+        sock.sendall(frame(ApiVersionsRequest(), 0, 1))
         _read(sock)
         if protocol.startswith("SASL"):
             scram = ScramClient(USER, PASSWORD, "SCRAM-SHA-512")
-            sock.sendall(_frame(SaslHandshakeRequest(mechanism="SCRAM-SHA-512"), 1, 2))
+            sock.sendall(frame(SaslHandshakeRequest(mechanism="SCRAM-SHA-512"), 1, 2))
             _read(sock)
             first = SaslAuthenticateRequest(auth_bytes=scram.first_message())
-            sock.sendall(_frame(first, 2, 3))
+            sock.sendall(frame(first, 2, 3))
             server_first = _auth_bytes(_read(sock))
             scram.process_server_first_message(server_first)
-            sock.sendall(_frame(SaslAuthenticateRequest(auth_bytes=scram.final_message()), 2, 4))
+            sock.sendall(frame(SaslAuthenticateRequest(auth_bytes=scram.final_message()), 2, 4))
             scram.process_server_final_message(_auth_bytes(_read(sock)))
-        sock.sendall(_frame(MetadataRequest(topics=[]), 1, 5))
+        sock.sendall(frame(MetadataRequest(topics=[]), 1, 5))
         _read(sock)
     finally:
         sock.close()
@@ -126,14 +120,13 @@ def connection_rate(address: str, protocol: str, count: int, context: ssl.SSLCon
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = arguments(__doc__, "security")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--connections", type=int, default=300)
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--write-md", action="store_true")
     args = ap.parse_args(argv)
     scale = 10 if args.quick else 1
-    env = environment_lines()
+    env = show_environment()
     with tempfile.TemporaryDirectory() as tmp:
         pki = make_pki(Path(tmp))
         listeners = [arg for p in PROTOCOLS for arg in ("--listener", f"{p}://127.0.0.1:0")]
@@ -191,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         "iterations of SHA-512) bounds connections/s, the broker's share is its CPU column",
     ]
     publish("security", "Security: TLS and SASL cost (bench/security.py)", env, body, notes,
-            args.write_md)
+            args.write_md, args.md_file)
     return 0
 
 

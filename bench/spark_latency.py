@@ -40,9 +40,9 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from brokers import BrokerSpec, create_topic, running, select_specs
-from report import BENCHMARKS_MD, environment_lines, fmt_float, fmt_int, publish, table
-from spark_read import spark_session
+from brokers import BrokerSpec, add_brokers_option, create_topic, running
+from clients import spark_session
+from report import arguments, fmt_float, fmt_int, publish, show_environment, table
 
 MODES = ("exactly-once", "at-least-once")
 SPEC_CHOICES = (BrokerSpec("headrace"), BrokerSpec("tansu"))
@@ -219,19 +219,15 @@ def notes(args: argparse.Namespace) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap = arguments(__doc__, "spark_latency")
     ap.add_argument("--rate", type=float, default=5.0, help="records per second")
     ap.add_argument("--seconds", type=float, default=30.0, help="per delivery mode")
     ap.add_argument("--warmup", type=float, default=5.0, help="seconds not measured")
-    ap.add_argument("--brokers", default="headrace", help="headrace, tansu or both")
-    ap.add_argument("--write-md", action="store_true",
-                    help="refresh the spark_latency section of BENCHMARKS.md")
-    ap.add_argument("--md-file", type=Path, default=BENCHMARKS_MD)
+    add_brokers_option(ap, SPEC_CHOICES, "headrace")
     args = ap.parse_args(argv)
-    specs = select_specs(args.brokers, SPEC_CHOICES)
+    specs: list[BrokerSpec] = args.brokers
 
-    env = environment_lines()
-    print("\n".join(env), flush=True)
+    env = show_environment()
     work = Path(tempfile.mkdtemp(prefix="bench-spark-latency-"))
     try:
         spark = spark_session("bench-spark-latency",

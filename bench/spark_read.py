@@ -35,7 +35,6 @@ import argparse
 import contextlib
 import json
 import multiprocessing as mp
-import os
 import shutil
 import statistics
 import sys
@@ -50,10 +49,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import Producer
 
-from brokers import BrokerSpec, create_topic, running, select_specs
-from report import BENCHMARKS_MD, environment_lines, fmt_float, fmt_int, publish, table
+from brokers import BrokerSpec, add_brokers_option, create_topic, running
+from clients import DeliveryErrors, spark_session
+from report import arguments, fmt_float, fmt_int, publish, show_environment, table
 
 VALUE_BYTES = 100
 CHUNK = 100_000
@@ -87,14 +87,9 @@ def _produce_chunks(bootstrap: str, topic: str, records: int, partitions: int,
                     chunks: list[int]) -> None:
     """One producer process: records of ``chunks``, record i to partition i % partitions;
     each partition's very last record is left out (``produce_tails`` sends it alone)."""
-    errors: list[KafkaError] = []
-
-    def on_delivery(err: KafkaError | None, _msg: object) -> None:
-        if err is not None:
-            errors.append(err)
-
+    errors = DeliveryErrors()
     producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG,
-                         "delivery.report.only.error": True, "on_delivery": on_delivery})
+                         "delivery.report.only.error": True, "on_delivery": errors})
     send, poll = producer.produce, producer.poll
     tails = set(range(records - partitions, records))
     for c in chunks:
@@ -169,32 +164,6 @@ def write_parquet(path: Path, topic: str, records: int, partitions: int) -> None
 
 
 # --- Spark -----------------------------------------------------------------------------
-
-
-def spark_session(app: str, extra: dict[str, str] | None = None) -> Any:
-    """A local[2] SparkSession with ``format("headrace")`` registered (imports pyspark
-    late: the producer processes do not need it)."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    from headrace.spark import register
-    from headrace.spark.session import kafka_connector_jars
-
-    builder = (SparkSession.builder.master("local[2]").appName(app)
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.driver.memory", "4g"))
-    jars = kafka_connector_jars()
-    if jars:  # Spark's own format("kafka")
-        builder = builder.config("spark.jars", ",".join(jars))
-    for k, v in (extra or {}).items():
-        builder = builder.config(k, v)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
-    return spark
 
 
 def timed_aggregate(df: Any, records: int) -> float:
@@ -428,25 +397,20 @@ def python_source_ceiling(spark: Any, records: int, partitions: int, runs: int,
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap = arguments(__doc__, "spark_read")
     ap.add_argument("--records", type=int, default=DEFAULT_RECORDS)
     ap.add_argument("--partitions", type=int, default=8)
     ap.add_argument("--producers", type=int, default=2, help="producer processes")
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--brokers", default="headrace,tansu",
-                    help="comma-separated: headrace, tansu, kafka (Apache Kafka), or all")
+    add_brokers_option(ap, SPEC_CHOICES, "headrace,tansu")
     ap.add_argument("--no-spark-kafka", dest="spark_kafka", action="store_false",
                     help="skip Spark's own format(\"kafka\") reader")
     ap.add_argument("--no-tuned", dest="tuned", action="store_false",
                     help="skip the read through librdkafka (headrace.reader=librdkafka)")
-    ap.add_argument("--write-md", action="store_true",
-                    help="refresh the spark_read section of BENCHMARKS.md")
-    ap.add_argument("--md-file", type=Path, default=BENCHMARKS_MD)
     args = ap.parse_args(argv)
-    specs = select_specs(args.brokers, SPEC_CHOICES)
+    specs: list[BrokerSpec] = args.brokers
 
-    env = environment_lines()
-    print("\n".join(env), flush=True)
+    env = show_environment()
     work = Path(tempfile.mkdtemp(prefix="bench-spark-read-"))
     try:
         parquet = work / "rows.parquet"

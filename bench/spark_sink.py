@@ -39,9 +39,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from brokers import BrokerSpec, create_topic, running, select_specs
-from report import BENCHMARKS_MD, environment_lines, fmt_int, publish, table
-from spark_read import CHUNK, VALUE_BYTES, spark_session
+from brokers import BrokerSpec, add_brokers_option, create_topic, running
+from clients import spark_session
+from report import arguments, fmt_int, publish, show_environment, table
+from spark_read import CHUNK, VALUE_BYTES
 
 MODES = ("exactly-once", "at-least-once")
 SPEC_CHOICES = (BrokerSpec("headrace"), BrokerSpec("tansu"))
@@ -220,21 +221,17 @@ def notes(args: argparse.Namespace) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap = arguments(__doc__, "spark_sink")
     ap.add_argument("--rows", type=int, default=2_000_000)
     ap.add_argument("--files", type=int, default=8)
     ap.add_argument("--files-per-batch", type=int, default=2)
     ap.add_argument("--partitions", type=int, default=8)
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--brokers", default="headrace", help="headrace, tansu or both")
-    ap.add_argument("--write-md", action="store_true",
-                    help="refresh the spark_sink section of BENCHMARKS.md")
-    ap.add_argument("--md-file", type=Path, default=BENCHMARKS_MD)
+    add_brokers_option(ap, SPEC_CHOICES, "headrace")
     args = ap.parse_args(argv)
-    specs = select_specs(args.brokers, SPEC_CHOICES)
+    specs: list[BrokerSpec] = args.brokers
 
-    env = environment_lines()
-    print("\n".join(env), flush=True)
+    env = show_environment()
     work = Path(tempfile.mkdtemp(prefix="bench-spark-sink-"))
     try:
         files = work / "rows"

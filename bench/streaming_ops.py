@@ -69,7 +69,8 @@ from typing import Any
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from report import BENCHMARKS_MD, environment_lines, fmt_float, fmt_int, publish, table
+from clients import spark_session
+from report import arguments, fmt_float, fmt_int, publish, show_environment, table
 
 OPERATORS = ("source", "tumbling", "hopping", "session", "sliding", "latest_join",
              "temporal_join", "table_join", "interval_join", "detector")
@@ -164,23 +165,15 @@ def payments(n: int, keys: int, rate: int, seed: int = 1) -> Iterator[tuple[str,
 
 # -- Spark --------------------------------------------------------------------------------
 
-def spark_session() -> Any:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    import headrace.spark
+def streaming_session() -> Any:
+    """The benchmarks' local session, with the toolkit's settings (RocksDB state store, UTC)
+    and every micro-batch's progress kept."""
     import headrace.streaming
 
-    spark = (SparkSession.builder.master("local[2]").appName("bench-streaming-ops")
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "2")
-             .config("spark.driver.memory", "3g")
-             .config("spark.sql.streaming.numRecentProgressUpdates", "1000")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    headrace.spark.register(spark)
+    spark = spark_session("bench-streaming-ops",
+                          {"spark.driver.memory": "3g",
+                           "spark.sql.streaming.numRecentProgressUpdates": "1000"},
+                          kafka_connector=False)
     headrace.streaming.configure(spark)
     return spark
 
@@ -393,7 +386,7 @@ def render_late(late: dict[str, list[Run]]) -> str:
 # -- main ---------------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap = arguments(__doc__, "streaming_ops")
     ap.add_argument("--events", type=int, default=100_000, help="events per operator run")
     ap.add_argument("--keys", type=int, default=100_000, help="distinct keys")
     ap.add_argument("--rate", type=int, default=1_000,
@@ -406,9 +399,6 @@ def main(argv: list[str] | None = None) -> int:
                     help="events of the side-output comparison (0 skips it)")
     ap.add_argument("--late-keys", type=int, default=10_000)
     ap.add_argument("--repeats", type=int, default=2, help="runs per side-output variant")
-    ap.add_argument("--write-md", action="store_true",
-                    help="refresh the streaming_ops section of BENCHMARKS.md")
-    ap.add_argument("--md-file", type=Path, default=BENCHMARKS_MD)
     args = ap.parse_args(argv)
     ops = [] if args.operators == "none" else [o.strip() for o in args.operators.split(",")]
     unknown = set(ops) - set(OPERATORS)
@@ -417,8 +407,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from headrace.testing import EmbeddedBroker
 
-    env = environment_lines()
-    print("\n".join(env), flush=True)
+    env = show_environment()
     work = Path(tempfile.mkdtemp(prefix="bench-streaming-ops-"))
     runs: list[Run] = []
     natives: dict[str, Run] = {}
@@ -444,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
                                            seed=5, late_fraction=LATE_FRACTION))
             print(f"produced the input in {time.perf_counter() - t:.1f} s", flush=True)
 
-            spark = spark_session()
+            spark = streaming_session()
             src = Sources(spark, bs, args.batch)
             # Warm-up: Python workers, the source, transformWithState's first start.
             run_query("warm-up", build("tumbling", src, {"events": "warm"}), work)

@@ -22,21 +22,26 @@ values; keys are empty, so wire bytes are a little higher.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import traceback
 from dataclasses import dataclass
-from pathlib import Path
 
-from brokers import ALL_SPECS, METRICS_SPEC, BrokerSpec, create_topic, running, select_specs
+from brokers import (
+    ALL_SPECS,
+    METRICS_SPEC,
+    BrokerSpec,
+    add_brokers_option,
+    create_topic,
+    running,
+)
 from clients import Phase, consume, cpu_seconds, produce
 from report import (
-    BENCHMARKS_MD,
-    environment_lines,
+    arguments,
     fmt_float,
     fmt_int,
     fmt_ratio,
     publish,
+    show_environment,
     table,
 )
 
@@ -159,12 +164,8 @@ def notes(runs: int) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument(
-        "--brokers",
-        default="all",
-        help="comma-separated: headrace, headrace-metrics, headrace-fsync, tansu (default all)",
-    )
+    ap = arguments(__doc__, "throughput")
+    add_brokers_option(ap, (*ALL_SPECS[:1], METRICS_SPEC, *ALL_SPECS[1:]))
     ap.add_argument("--sizes", default="100,1024", help="record value sizes in bytes")
     ap.add_argument("--partitions", default="1,8", help="partition counts")
     ap.add_argument(
@@ -175,15 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--runs", type=int, default=1, help="runs per cell; the median is reported")
     ap.add_argument("--quick", action="store_true", help="smoke run with 10x fewer records")
-    ap.add_argument(
-        "--write-md", action="store_true", help="refresh the throughput section of BENCHMARKS.md"
-    )
-    ap.add_argument(
-        "--md-file", type=Path, default=BENCHMARKS_MD, help="the file --write-md updates"
-    )
     args = ap.parse_args(argv)
 
-    specs = select_specs(args.brokers, (*ALL_SPECS[:1], METRICS_SPEC, *ALL_SPECS[1:]))
+    specs: list[BrokerSpec] = args.brokers
     cells: list[Cell] = []
     for size in (int(s) for s in args.sizes.split(",")):
         n = args.records or DEFAULT_RECORDS.get(size, max(1, 100_000_000 // size))
@@ -191,8 +186,7 @@ def main(argv: list[str] | None = None) -> int:
             n //= QUICK_DIVISOR
         cells.extend(Cell(size, int(p), n) for p in args.partitions.split(","))
 
-    env = environment_lines()
-    print("\n".join(env), flush=True)
+    env = show_environment()
     results: list[Result] = []
     for cell in cells:
         for spec in specs:

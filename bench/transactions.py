@@ -45,7 +45,6 @@ tell lost records from wrong end offsets.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -53,7 +52,6 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -65,15 +63,22 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import OffsetSpec
 
-from brokers import ALL_SPECS, BrokerSpec, admin, create_topic, running, select_specs
-from clients import CONSUMER_CONFIG, PRODUCER_CONFIG, cpu_seconds, payload
+from brokers import (
+    ALL_SPECS,
+    BrokerSpec,
+    add_brokers_option,
+    admin,
+    create_topic,
+    running,
+)
+from clients import CONSUMER_CONFIG, PRODUCER_CONFIG, DeliveryErrors, cpu_seconds, payload
 from report import (
-    BENCHMARKS_MD,
-    environment_lines,
+    arguments,
     fmt_float,
     fmt_int,
     fmt_ratio,
     publish,
+    show_environment,
     table,
 )
 
@@ -183,13 +188,13 @@ class Run:
         self.value = payload(cell.size)
         self.aborted_value = b"\xab" * cell.size  # told apart when read back
         self.tally = Tally(cell.partitions)
-        self.errors: list[KafkaError] = []
+        self.errors = DeliveryErrors()
         config: dict[str, object] = {
             "bootstrap.servers": bootstrap,
             **BASE_CONFIG,
             **MODE_CONFIG[mode],
             "delivery.report.only.error": True,
-            "on_delivery": self._on_delivery,
+            "on_delivery": self.errors,
         }
         if mode == "transactional":
             config["transactional.id"] = transactional_id
@@ -197,10 +202,6 @@ class Run:
         self.producer.list_topics(self.topic, timeout=10.0)  # connection and metadata
         if mode == "transactional":
             self.producer.init_transactions(TXN_TIMEOUT_S)
-
-    def _on_delivery(self, err: KafkaError | None, _msg: object) -> None:
-        if err is not None:
-            self.errors.append(err)
 
     def _raise_errors(self) -> None:
         if self.errors:
@@ -605,12 +606,8 @@ def check_lines(results: list[Result]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument(
-        "--brokers",
-        default="headrace,tansu",
-        help="comma-separated: headrace, headrace-fsync, tansu, or all (default headrace,tansu)",
-    )
+    ap = arguments(__doc__, "transactions")
+    add_brokers_option(ap, ALL_SPECS, "headrace,tansu")
     ap.add_argument("--sizes", default="100,1024", help="record value sizes in bytes")
     ap.add_argument("--partitions", default="1,8", help="partition counts")
     ap.add_argument(
@@ -629,24 +626,17 @@ def main(argv: list[str] | None = None) -> int:
         "--interval-ms", type=float, default=100.0, help="time spent producing per transaction"
     )
     ap.add_argument("--quick", action="store_true", help="smoke run: 1 s per producer, 1 turn")
-    ap.add_argument(
-        "--write-md", action="store_true", help="refresh the transactions section of BENCHMARKS.md"
-    )
-    ap.add_argument(
-        "--md-file", type=Path, default=BENCHMARKS_MD, help="the file --write-md updates"
-    )
     args = ap.parse_args(argv)
 
     duration = args.duration if args.duration is not None else (1.0 if args.quick else 3.0)
     rounds = args.rounds if args.rounds is not None else (1 if args.quick else 2)
     interval_s = args.interval_ms / 1000.0
-    specs = select_specs(args.brokers, ALL_SPECS)
+    specs: list[BrokerSpec] = args.brokers
     cells = [
         Cell(int(s), int(p)) for s in args.sizes.split(",") for p in args.partitions.split(",")
     ]
 
-    env = environment_lines()
-    print("\n".join(env), flush=True)
+    env = show_environment()
     started = time.monotonic()
     results: list[Result] = []
     for cell in cells:

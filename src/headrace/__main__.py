@@ -1,4 +1,4 @@
-from headrace.ops.cli import main
+from headrace.cli.app import main
 
 if __name__ == "__main__":
     main()

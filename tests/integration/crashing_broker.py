@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 
-from headrace.ops.cli import main
+from headrace.cli.app import main
 from headrace.storage import cleaner
 
 

@@ -1,7 +1,7 @@
 """The ``headrace`` CLI, run as a subprocess against a real broker process (EmbeddedBroker).
 
 Placement of keyed records is checked against a reference murmur2 written here from Kafka's
-Java ``Utils.murmur2``, independently of ``headrace.ops.partitioner``.
+Java ``Utils.murmur2``, independently of ``headrace.protocol.partitioner``.
 """
 
 from __future__ import annotations

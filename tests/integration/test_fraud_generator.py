@@ -12,8 +12,8 @@ from pathlib import Path
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
-from headrace.ops.partitioner import java_partition
 from headrace.pipelines.fraud.generator import FraudConfig, FraudTopics, GroundTruth, run
+from headrace.protocol.partitioner import java_partition
 from headrace.testing import EmbeddedBroker
 
 TXN_TYPES = {"txn_id": str, "card_id": str, "user_id": str, "merchant_id": str,

@@ -33,7 +33,7 @@ from headrace.streaming import (
 )
 from headrace.streaming.columnar import ColumnarWindowProcessor, handles
 from headrace.streaming.processor import WindowProcessor
-from headrace.streaming.windows import EVENT_JSON, WindowedSpec
+from headrace.streaming.window_spec import EVENT_JSON, WindowedSpec
 from tests.streaming.stand_ins import Handle, TimerValues
 
 

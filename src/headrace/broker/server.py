@@ -15,8 +15,9 @@ from headrace.broker import handlers
 from headrace.broker.cleaner_task import run_cleaner
 from headrace.broker.config import BrokerConfig
 from headrace.broker.connection import Connection
+from headrace.broker.counters import NullMetrics
 from headrace.broker.listeners import BoundListener, server_context
-from headrace.broker.metrics import NullMetrics, serve_metrics
+from headrace.broker.metrics import serve_metrics
 from headrace.broker.state import BrokerState
 
 log = logging.getLogger("headrace.broker")

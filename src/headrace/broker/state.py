@@ -12,11 +12,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from headrace.broker.config import BrokerConfig
+from headrace.broker.counters import BrokerMetrics
 from headrace.broker.groups.consumer_coordinator import ConsumerGroupCoordinator
 from headrace.broker.groups.coordinator import GroupCoordinator
 from headrace.broker.groups.offsets import OffsetStore
 from headrace.broker.listeners import BoundListener
-from headrace.broker.metrics import BrokerMetrics
 from headrace.broker.security.acls import Authorizer
 from headrace.broker.security.credentials import CredentialStore
 from headrace.broker.txn.coordinator import TransactionCoordinator

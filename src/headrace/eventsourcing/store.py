@@ -32,7 +32,7 @@ from headrace.eventsourcing.events import EventTypes, StoredEvent, decode_envelo
 from headrace.eventsourcing.index import AppendResult, PartitionIndex
 from headrace.eventsourcing.reading import LogReader
 from headrace.eventsourcing.writer import PartitionWriter, PendingAppend
-from headrace.ops.partitioner import java_partition
+from headrace.protocol.partitioner import java_partition
 
 
 @dataclass(frozen=True)

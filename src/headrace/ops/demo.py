@@ -22,9 +22,9 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from headrace.ops.clients import ClientSession, error_text
 from headrace.ops.demo_report import Check, DemoReport
 from headrace.ops.errors import TopicExistsError
-from headrace.ops.partitioner import java_partition
 from headrace.ops.produce import DeliveryTally
 from headrace.ops.topics import TopicAdmin
+from headrace.protocol.partitioner import java_partition
 
 Progress = Callable[[str], object]
 _MERCHANTS = (

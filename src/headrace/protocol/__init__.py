@@ -1,1 +1,2 @@
-"""Kafka wire-protocol glue: error codes, record-batch framing helpers. No I/O."""
+"""Kafka wire-protocol glue: error codes, record-batch framing helpers, Kafka's default
+partitioner. No I/O."""

@@ -18,3 +18,11 @@ class DataLossError(SparkConnectorError):
 
 class SinkError(SparkConnectorError):
     """A task could not write its rows (delivery failed, transaction aborted or fenced)."""
+
+
+class Invalid(ValueError):
+    """A value does not fit the schema; the message says where and why.
+
+    Raised and caught inside a read task (``events``, ``registry_values``): the record
+    becomes a dead letter, so it never reaches a caller. Hence a ``ValueError``, not a
+    ``SparkConnectorError``."""

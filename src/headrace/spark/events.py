@@ -49,7 +49,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from headrace.spark.errors import OptionError
+from headrace.spark.errors import Invalid, OptionError
+from headrace.spark.registry_values import RegistryValueDecoder
 
 
 def _ddl(text: str) -> StructType:
@@ -65,10 +66,6 @@ KAFKA_COLUMNS = StructType([
     StructField("event_time", TimestampType()), StructField("kafka_key", BinaryType()),
     StructField("kafka_topic", StringType()), StructField("kafka_partition", IntegerType()),
     StructField("kafka_offset", LongType()), StructField("kafka_timestamp", TimestampType())])
-
-
-class Invalid(ValueError):
-    """A value does not fit the schema; the message says where and why."""
 
 
 @dataclass(frozen=True)
@@ -305,8 +302,6 @@ class EventParser:
         self.event_time_field = spec.event_time
         self.decode: Callable[[bytes], Any] = _json_document
         if spec.schema_registry_url:
-            from headrace.spark.registry_values import RegistryValueDecoder
-
             self.decode = RegistryValueDecoder(spec.schema_registry_url).decode
         self.columnar: pa.Schema | None = None
         self.required: list[str] = []

@@ -47,8 +47,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from headrace.spark.errors import OptionError, SparkConnectorError
-from headrace.spark.events import Invalid
+from headrace.spark.errors import Invalid, OptionError, SparkConnectorError
 
 Decode = Callable[[bytes], Any]
 

@@ -13,6 +13,8 @@ from pyspark.sql import SparkSession
 
 from headrace import jvm
 
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
 
 def kafka_connector_jars() -> list[str]:
     """The jars of Spark's own Kafka connector (``format("kafka")``: spark-sql-kafka-0-10
@@ -70,7 +72,6 @@ def local_session(app_name: str = "headrace", master: str = "local[2]",
     that takes everything the JVM and its Python workers print (a demo's clean terminal).
     """
     from headrace.spark import register
-    from headrace.streaming import configure
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -96,8 +97,16 @@ def local_session(app_name: str = "headrace", master: str = "local[2]",
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
-    configure(spark)
+    configure_streaming(spark)
     return spark
+
+
+def configure_streaming(spark: SparkSession) -> None:
+    """Session settings stateful queries and the event-time toolkit need (it exports this
+    as ``headrace.streaming.configure``): the RocksDB state store (transformWithState
+    requires it) and UTC session time. Call before starting a query; idempotent."""
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
 
 
 def has_kafka_connector(spark: SparkSession) -> bool:

@@ -9,8 +9,7 @@ PySpark DataFrames and writes through ``format("headrace")``.
 
 from __future__ import annotations
 
-from pyspark.sql import SparkSession
-
+from headrace.spark.session import configure_streaming as configure
 from headrace.streaming.aggregates import (
     Agg,
     approx_distinct,
@@ -21,29 +20,17 @@ from headrace.streaming.aggregates import (
     sum_of,
 )
 from headrace.streaming.errors import SpecError, StreamingError
+from headrace.streaming.window_spec import Window, hopping, session, sliding, tumbling
 from headrace.streaming.windows import (
-    Window,
-    hopping,
     late_events,
     results,
-    session,
-    sliding,
     to_topics,
-    tumbling,
     windowed,
     with_spark_watermark,
 )
-
-ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 __all__ = ["Agg", "SpecError", "StreamingError", "Window", "approx_distinct", "avg_of",
            "configure", "count", "hopping", "late_events", "max_of", "min_of", "results",
            "session", "sliding", "sum_of", "to_topics", "tumbling", "windowed",
            "with_spark_watermark"]
 
-
-def configure(spark: SparkSession) -> None:
-    """Session settings the toolkit needs: the RocksDB state store (transformWithState
-    requires it) and UTC session time. Call before starting a query."""
-    spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
-    spark.conf.set("spark.sql.session.timeZone", "UTC")

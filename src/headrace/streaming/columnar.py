@@ -52,7 +52,7 @@ from headrace.streaming import buckets
 from headrace.streaming.errors import StreamingError
 from headrace.streaming.frames import utc_times
 from headrace.streaming.timeutil import epoch_ms
-from headrace.streaming.windows import EVENT_JSON, WindowedSpec
+from headrace.streaming.window_spec import EVENT_JSON, WindowedSpec
 
 KINDS = ("count", "sum", "avg", "min", "max")
 _NAT = np.iinfo(np.int64).min

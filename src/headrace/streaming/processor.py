@@ -37,7 +37,7 @@ from headrace.streaming import aggregates, buckets
 from headrace.streaming.errors import StreamingError
 from headrace.streaming.frames import python_values, utc_times
 from headrace.streaming.timeutil import epoch_ms
-from headrace.streaming.windows import EVENT_JSON, WindowedSpec
+from headrace.streaming.window_spec import EVENT_JSON, WindowedSpec
 
 _TIMES = ("window_start", "window_end", "event_time")
 _NAT = np.iinfo(np.int64).min

@@ -33,70 +33,21 @@ reports as late. State per key and window is evicted once ``W`` passes
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
 from headrace.streaming.aggregates import Agg
+from headrace.streaming.columnar import ColumnarWindowProcessor, handles
 from headrace.streaming.errors import SpecError
+from headrace.streaming.processor import WindowProcessor
 from headrace.streaming.timeutil import duration_ms
+from headrace.streaming.window_spec import EVENT_JSON, Window, WindowedSpec
 
 HIDDEN_WATERMARK = "__headrace_watermark"
 BUCKET = "__headrace_bucket"
-# Not "__..." like the others: transformWithStateInPandas renames such columns to "_<n>".
-EVENT_JSON = "headrace__event"
 DEFAULT_BUCKETS = 64
-
-
-@dataclass(frozen=True)
-class Window:
-    """``kind`` is tumbling, hopping, session or sliding (one window per event, ending at it:
-    Kafka Streams' sliding windows); sizes in milliseconds."""
-
-    kind: str
-    size_ms: int
-    slide_ms: int = 0
-
-    def assign(self, t: int) -> list[tuple[int, int]]:
-        """The [start, end) windows an event at ``t`` belongs to (tumbling and hopping)."""
-        if self.kind == "tumbling":
-            start = t - t % self.size_ms
-            return [(start, start + self.size_ms)]
-        last = t - t % self.slide_ms
-        return [(s, s + self.size_ms) for s in range(last, t - self.size_ms, -self.slide_ms)]
-
-
-def tumbling(size: str | int | dt.timedelta) -> Window:
-    return Window("tumbling", duration_ms(size))
-
-
-def hopping(size: str | int | dt.timedelta, slide: str | int | dt.timedelta) -> Window:
-    size_ms, slide_ms = duration_ms(size), duration_ms(slide)
-    if slide_ms > size_ms:
-        raise SpecError("a hopping window's slide must not exceed its size")
-    return Window("hopping", size_ms, slide_ms)
-
-
-def session(gap: str | int | dt.timedelta) -> Window:
-    return Window("session", duration_ms(gap))
-
-
-def sliding(size: str | int | dt.timedelta) -> Window:
-    """One window per event covering ``[t - size, t]``, as in "more than 3 failed logins
-    within 10 minutes of each other"."""
-    return Window("sliding", duration_ms(size))
-
-
-@dataclass(frozen=True)
-class WindowedSpec:
-    keys: tuple[str, ...]
-    event_time: str
-    window: Window
-    aggs: tuple[Agg, ...]
-    allowed_lateness_ms: int
-    emit: str
 
 
 def output_schema(df: DataFrame, spec: WindowedSpec) -> StructType:
@@ -127,9 +78,6 @@ def windowed(df: DataFrame, *, keys: list[str] | tuple[str, ...], event_time: st
     ``buckets`` below 1. Needs the RocksDB state store
     (``headrace.streaming.configure(spark)``).
     """
-    from headrace.streaming import columnar
-    from headrace.streaming.processor import WindowProcessor
-
     if emit not in ("final", "updates"):
         raise SpecError(f"emit must be 'final' or 'updates', got {emit!r}")
     if buckets < 1:
@@ -153,8 +101,7 @@ def windowed(df: DataFrame, *, keys: list[str] | tuple[str, ...], event_time: st
     return (marked.withColumn(EVENT_JSON, event).withColumn(BUCKET, bucket)
             .select(*dict.fromkeys(needed), EVENT_JSON, BUCKET)
             .groupBy(BUCKET).transformWithStateInPandas(
-                columnar.ColumnarWindowProcessor(spec) if columnar.handles(spec)
-                else WindowProcessor(spec),
+                ColumnarWindowProcessor(spec) if handles(spec) else WindowProcessor(spec),
                 output_schema(df, spec), "Append", "EventTime"))
 
 

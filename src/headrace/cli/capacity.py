@@ -10,6 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from headrace.cli.terminal import BootstrapServers, stdout
 from headrace.ops.capacity import (
     CapacitySampler,
     ClusterSample,
@@ -21,7 +22,6 @@ from headrace.ops.capacity import (
     parse_size,
 )
 from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS
-from headrace.ops.console import BootstrapServers, stdout
 from headrace.ops.errors import InvalidInputError
 
 

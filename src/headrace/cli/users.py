@@ -16,13 +16,13 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
+from headrace.cli.terminal import BootstrapServers, stdout
 from headrace.ops.clients import (
     DEFAULT_BOOTSTRAP_SERVERS,
     REQUEST_TIMEOUT_S,
     client_settings,
     parse_client_settings,
 )
-from headrace.ops.console import BootstrapServers, stdout
 from headrace.ops.errors import OpsError
 
 app = typer.Typer(name="users", no_args_is_help=True,

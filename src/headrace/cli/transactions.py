@@ -12,14 +12,14 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS
-from headrace.ops.console import (
+from headrace.cli.terminal import (
     BootstrapServers,
     NamesOnly,
     print_listing,
     stdout,
     topic_partitions,
 )
+from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS
 from headrace.ops.transactions import TransactionAdmin, TransactionDescription, TxnState
 
 app = typer.Typer(

@@ -10,8 +10,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from headrace.cli.terminal import BootstrapServers, NamesOnly, plural, print_listing, stdout
 from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS
-from headrace.ops.console import BootstrapServers, NamesOnly, plural, print_listing, stdout
 from headrace.ops.topics import TopicAdmin, TopicDescription, parse_configs
 
 app = typer.Typer(

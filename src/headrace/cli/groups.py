@@ -10,8 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS
-from headrace.ops.console import (
+from headrace.cli.terminal import (
     BootstrapServers,
     NamesOnly,
     dash,
@@ -21,6 +20,7 @@ from headrace.ops.console import (
     stdout,
     topic_partitions,
 )
+from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS
 from headrace.ops.groups import GroupAdmin, GroupDescription
 from headrace.ops.offset_reset import (
     ResetMode,

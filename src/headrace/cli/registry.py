@@ -12,8 +12,8 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from headrace.cli.terminal import BootstrapServers, stdout
 from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS, client_settings
-from headrace.ops.console import BootstrapServers, stdout
 from headrace.ops.errors import InvalidInputError
 
 REGISTRY_ENV_VAR = "HEADRACE_SCHEMA_REGISTRY"

@@ -24,10 +24,10 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from headrace.cli.terminal import BootstrapServers, stdout
+from headrace.cli.users import ClientConfig, admin_client
 from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS, REQUEST_TIMEOUT_S
-from headrace.ops.console import BootstrapServers, stdout
 from headrace.ops.errors import OpsError
-from headrace.ops.users_cli import ClientConfig, admin_client
 
 app = typer.Typer(name="acls", no_args_is_help=True,
                   help="ACLs of the cluster (what each principal may do).")

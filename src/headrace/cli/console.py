@@ -6,8 +6,8 @@ from typing import Annotated
 
 import typer
 
+from headrace.cli.terminal import BootstrapServers
 from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS
-from headrace.ops.console import BootstrapServers
 
 
 def console(

@@ -10,8 +10,8 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from headrace.cli.terminal import BootstrapServers, stdout
 from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS, client_settings
-from headrace.ops.console import BootstrapServers, stdout
 
 app = typer.Typer(name="cdc", help="Change data capture from PostgreSQL into the log.",
                   no_args_is_help=True)

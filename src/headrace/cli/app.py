@@ -17,26 +17,26 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from headrace.errors import HeadraceError
-from headrace.ops import (
-    acls_cli,
-    bank_cli,
-    capacity_cli,
-    cdc_cli,
-    console_cli,
-    groups_cli,
-    registry_cli,
-    topics_cli,
-    transactions_cli,
-    users_cli,
+from headrace.cli import (
+    acls,
+    bank,
+    capacity,
+    cdc,
+    console,
+    groups,
+    registry,
+    topics,
+    transactions,
+    users,
 )
+from headrace.cli.terminal import BootstrapServers, plural, print_error, stderr, stdout
+from headrace.errors import HeadraceError
 from headrace.ops.clients import (
     DEFAULT_BOOTSTRAP_SERVERS,
     parse_client_settings,
     set_client_settings,
     show_client_logs,
 )
-from headrace.ops.console import BootstrapServers, plural, print_error, stderr, stdout
 from headrace.ops.consume import ConsumeOptions, consume
 from headrace.ops.errors import InvalidInputError, OpsError, VerificationError
 from headrace.ops.produce import ProduceOptions, produce_lines
@@ -50,17 +50,17 @@ app = typer.Typer(
     add_completion=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-app.add_typer(topics_cli.app)
-app.add_typer(groups_cli.app)
-app.add_typer(transactions_cli.app)
-app.add_typer(registry_cli.app)
-app.add_typer(cdc_cli.app)
-app.add_typer(bank_cli.app)
-app.add_typer(users_cli.app)
-app.add_typer(acls_cli.app)
-app.command("registry")(registry_cli.registry)
-app.command("capacity")(capacity_cli.capacity)
-app.command("console")(console_cli.console)
+app.add_typer(topics.app)
+app.add_typer(groups.app)
+app.add_typer(transactions.app)
+app.add_typer(registry.app)
+app.add_typer(cdc.app)
+app.add_typer(bank.app)
+app.add_typer(users.app)
+app.add_typer(acls.app)
+app.command("registry")(registry.registry)
+app.command("capacity")(capacity.capacity)
+app.command("console")(console.console)
 
 
 class Acks(StrEnum):
@@ -279,7 +279,7 @@ def broker(
 
     def start_registry(broker_port: int) -> None:
         if schema_registry_port is not None:
-            children.append(registry_cli.spawn_registry(
+            children.append(registry.spawn_registry(
                 f"{host}:{broker_port}", host, schema_registry_port))
 
     try:

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from headrace.cli.terminal import BootstrapServers, stdout
 from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS, client_settings
-from headrace.ops.console import BootstrapServers, stdout
 
 if TYPE_CHECKING:
     from headrace.eventsourcing import Repository

@@ -21,7 +21,7 @@ from headrace.ops.capacity import (
     parse_size,
 )
 from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS
-from headrace.ops.console import BootstrapServers, stdout
+from headrace.ops.console import BootstrapServers, ClientConfig, stdout
 from headrace.ops.errors import InvalidInputError
 
 
@@ -50,6 +50,7 @@ def capacity(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
     bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS,
+    client_config: ClientConfig = None,
 ) -> None:
     """How long the log can buffer before data is lost (seed 004's arithmetic).
 

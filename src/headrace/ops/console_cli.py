@@ -7,11 +7,12 @@ from typing import Annotated
 import typer
 
 from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS
-from headrace.ops.console import BootstrapServers
+from headrace.ops.console import BootstrapServers, ClientConfig
 
 
 def console(
     bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS,
+    client_config: ClientConfig = None,
     registry: Annotated[str, typer.Option(
         help="Schema registry URL: decodes registry-encoded values, lists schemas.")] = "",
     pipeline_metrics: Annotated[list[str] | None, typer.Option(

@@ -13,7 +13,7 @@ import typer
 from rich.markup import escape
 
 from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS, client_settings
-from headrace.ops.console import BootstrapServers, stdout
+from headrace.ops.console import BootstrapServers, ClientConfig, stdout
 from headrace.ops.errors import InvalidInputError
 
 REGISTRY_ENV_VAR = "HEADRACE_SCHEMA_REGISTRY"
@@ -34,6 +34,7 @@ app = typer.Typer(
 
 def registry(
     bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS,
+    client_config: ClientConfig = None,
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535,
                                       help="HTTP port; 0 picks a free one.")] = 8081,

@@ -1,7 +1,7 @@
 """AlterUserScramCredentials (key 51), version 0 (KIP-554).
 
 Upserts (a salted password as the client computed it, with its salt and iterations) and
-deletions of SCRAM credentials, stored hashed in ``__headrace_scram_credentials``. Errors
+deletions of SCRAM credentials, stored hashed in the broker's metadata log. Errors
 per user as Kafka: UNSUPPORTED_SASL_MECHANISM, UNACCEPTABLE_CREDENTIAL (empty name,
 iterations outside 4096-16384, empty salt or password), RESOURCE_NOT_FOUND (deleting what
 does not exist), DUPLICATE_RESOURCE (one user and mechanism twice). A user with any error

@@ -501,3 +501,13 @@ def test_a_data_dir_of_the_old_layout_is_migrated(tmp_path: Path) -> None:
         assert "\n".join(b.output_lines()).count("migrated 2 SCRAM") == 1
         AdminClient(conf).list_topics(timeout=scaled(10))
     assert not (tmp_path / "__headrace_acls-0").exists()
+
+
+def test_nothing_replay_would_refuse_is_ever_stored(secured: Secured) -> None:
+    admin = AdminClient(secured.client_conf("SASL_SSL", "admin", mechanism="SCRAM-SHA-512"))
+    huge_salt = UserScramCredentialUpsertion(
+        "carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"pw", b"s" * 2048)
+    with pytest.raises(KafkaException) as refused:
+        admin.alter_user_scram_credentials([huge_salt])["carol"].result(scaled(30))
+    assert refused.value.args[0].code() == KafkaError.UNACCEPTABLE_CREDENTIAL
+    assert "salt of 2048 bytes" in refused.value.args[0].str()

@@ -177,10 +177,6 @@ class MetadataLog:
         self._pending = []
         self._maybe_compact()
 
-    def keys(self, kind: str) -> set[str]:
-        """The live keys of ``kind`` (after replay)."""
-        return {k for (kd, k), r in self._live.items() if kd == kind}
-
     def append(self, records: Iterable[MetadataRecord]) -> None:
         """Write ``records`` durably (one write, fsync), then keep them. Raises
         ``MetadataLogError`` (nothing kept) when the write fails."""

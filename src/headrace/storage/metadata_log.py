@@ -29,6 +29,7 @@ Not thread-safe: the broker's event loop only.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -190,7 +191,10 @@ class MetadataLog:
                 f.flush()
                 os.fsync(f.fileno())
         except OSError as e:
-            # A partial write is a torn tail: the next open truncates it.
+            # Cut a partial write off now, so a later append does not land behind it (a
+            # cut that fails too leaves a torn tail the next open truncates).
+            with contextlib.suppress(OSError):
+                os.truncate(self.path, self._size)
             raise MetadataLogError(f"cannot write the metadata log {self.path}: {e}") from e
         pos = self._size
         for record, frame in zip(batch, frames, strict=True):

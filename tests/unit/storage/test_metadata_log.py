@@ -5,6 +5,7 @@ keeps the latest accepted record of each key."""
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from headrace.storage.metadata_log import (
     METADATA_DIR,
     RECORDS_FILE,
     MetadataLog,
+    MetadataLogError,
     MetadataRecord,
     decode_frames,
     encode_frame,
@@ -130,3 +132,20 @@ def test_a_leftover_compaction_file_is_ignored(tmp_path: Path) -> None:
     (tmp_path / METADATA_DIR / "records.tmp").write_bytes(b"half a compaction")
     assert replayed(tmp_path) == [("a", 1)]
     assert not (tmp_path / METADATA_DIR / "records.tmp").exists()
+
+
+def test_a_failed_append_keeps_nothing_and_leaves_no_tail(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = MetadataLog(tmp_path)
+    log.append([MetadataRecord("k", "a", 1)])
+    real_fsync = os.fsync
+
+    def failing(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", failing)
+    with pytest.raises(MetadataLogError, match="Input/output error"):
+        log.append([MetadataRecord("k", "b", 2)])
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    log.append([MetadataRecord("k", "c", 3)])
+    assert replayed(tmp_path) == [("a", 1), ("c", 3)]

@@ -2,7 +2,9 @@
 
 One broker with all four listeners (PLAINTEXT; SSL requiring a client certificate through
 the broker-wide ``--ssl-client-auth``, which KIP-684 keeps off SASL_SSL; SASL_PLAINTEXT;
-SASL_SSL with passwords only), ``--authorizer`` and one super user. Every principal but
+SASL_SSL with passwords only) and two setting their own client auth (a SASL_SSL one
+requiring certificates by ``listener.name.<name>.ssl.client.auth``, an SSL one requiring
+none by its spec's option), ``--authorizer`` and one super user. Every principal but
 the super user holds ALL on topic ``*``, on the ``__`` prefix, READ and WRITE on ``*``,
 and ALL on every group and transactional id. On each listener such a principal (and the
 super user) tries to read, forge, truncate, delete, grow, reconfigure, create and list
@@ -65,6 +67,7 @@ from tests.integration.rawclient import RawClient
 from tests.integration.tls_support import Pki, make_pki
 
 LISTENERS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+OWN_CLIENT_AUTH = ("SASL_MTLS", "TLS_OPEN")
 PRIVATE = ("__headrace_scram_credentials", "__headrace_acls", "__cluster_metadata")
 INTERNAL = ("__consumer_offsets", "__transaction_state")
 USERS = {"admin": "admin-pw", "mallory": "mallory-pw", "alice": "alice-pw"}
@@ -141,8 +144,14 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 
 @pytest.fixture(scope="module")
 def secured(pki: Pki) -> Iterator[Secured]:
-    ports = {name: _free_port("127.0.0.1") for name in LISTENERS}
+    ports = {name: _free_port("127.0.0.1") for name in (*LISTENERS, *OWN_CLIENT_AUTH)}
     args = [a for name in LISTENERS for a in ("--listener", f"{name}://127.0.0.1:{ports[name]}")]
+    # Two more with their own client auth: a SASL_SSL one asking for certificates too
+    # (a broker config), an SSL one asking for none (an option of the listener).
+    args += ["--listener", f"SASL_MTLS://127.0.0.1:{ports['SASL_MTLS']}",
+             "-c", "listener.name.sasl_mtls.ssl.client.auth=required",
+             "--listener", f"TLS_OPEN://127.0.0.1:{ports['TLS_OPEN']}?ssl.client.auth=none",
+             "--listener-security-protocol-map", "SASL_MTLS:SASL_SSL,TLS_OPEN:SSL"]
     args += ["--ssl-keystore-location", str(pki.server), "--ssl-truststore-location",
              str(pki.ca), "--ssl-client-auth", "required", "--authorizer"]
     addresses = {name: f"127.0.0.1:{port}" for name, port in ports.items()}
@@ -511,3 +520,21 @@ def test_nothing_replay_would_refuse_is_ever_stored(secured: Secured) -> None:
         admin.alter_user_scram_credentials([huge_salt])["carol"].result(scaled(30))
     assert refused.value.args[0].code() == KafkaError.UNACCEPTABLE_CREDENTIAL
     assert "salt of 2048 bytes" in refused.value.args[0].str()
+
+
+def test_a_listener_sets_its_own_client_auth(secured: Secured) -> None:
+    def metadata_over(listener: str, cert: bool, user: str | None = None) -> int:
+        with RawClient(secured.addresses[listener], timeout=scaled(10),
+                       tls=tls_context(secured.pki, cert)) as c:
+            if user is not None:
+                assert c.request(SaslHandshakeRequest(mechanism="PLAIN"), 1).error_code == 0
+                login = f"\0{user}\0{USERS[user]}".encode()
+                assert c.request(SaslAuthenticateRequest(auth_bytes=login), 2).error_code == 0
+            return len(c.request(MetadataRequest(topics=None), 1).brokers)
+
+    # listener.name.sasl_mtls.ssl.client.auth=required: a certificate and a password
+    assert metadata_over("SASL_MTLS", cert=True, user="alice") == 1
+    with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
+        metadata_over("SASL_MTLS", cert=False, user="alice")
+    # TLS_OPEN://...?ssl.client.auth=none: the broker-wide "required" does not apply
+    assert metadata_over("TLS_OPEN", cert=False) == 1

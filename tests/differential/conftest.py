@@ -8,10 +8,14 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from headrace.testing import ApacheKafka, EmbeddedBroker
+
+if TYPE_CHECKING:
+    from tests.differential.secured import Secured
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 KAFKA_CONFIGS = {
@@ -54,3 +58,22 @@ def headrace_broker() -> Iterator[EmbeddedBroker]:
 @pytest.fixture(scope="session")
 def brokers(apache_kafka: ApacheKafka, headrace_broker: EmbeddedBroker) -> Brokers:
     return Brokers(apache_kafka.bootstrap_servers, headrace_broker.bootstrap_servers)
+
+
+@pytest.fixture(scope="session")
+def kafka_secured() -> Iterator[Secured]:
+    """Apache Kafka with its StandardAuthorizer and SASL users (``secured``)."""
+    from tests.differential import secured
+
+    os.environ.setdefault("HEADRACE_JVM_LIB", str(REPO_ROOT / "jvm" / "lib"))
+    with secured.kafka_secured() as s:
+        yield s
+
+
+@pytest.fixture(scope="session")
+def headrace_secured() -> Iterator[Secured]:
+    """headrace with ``--authorizer``, the same users and ACLs (``secured``)."""
+    from tests.differential import secured
+
+    with secured.headrace_secured() as s:
+        yield s

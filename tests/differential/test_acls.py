@@ -1,30 +1,17 @@
 """ACL decisions and error codes against Apache Kafka's StandardAuthorizer: the same ACLs
 on both brokers (created through the Admin API by the operator on PLAINTEXT, a super
 user), then the same requests from SASL PLAIN users on each; what each answers is
-compared, request by request."""
+compared, request by request. The brokers are the session's secured pair
+(``secured``)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, Producer
-from confluent_kafka.admin import (
-    AclBinding,
-    AclOperation,
-    AclPermissionType,
-    AdminClient,
-    NewTopic,
-    ResourcePatternType,
-    ResourceType,
-)
 from kafka.protocol.admin import (
     CreateTopicsRequest,
     DeleteTopicsRequest,
@@ -39,108 +26,9 @@ from kafka.protocol.admin.users import DescribeUserScramCredentialsRequest
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest, OffsetFetchRequest
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 from kafka.protocol.producer import InitProducerIdRequest
-from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
-from headrace.testing import ApacheKafka, EmbeddedBroker, _free_port
-from tests.differential.conftest import KAFKA_CONFIGS
+from tests.differential.secured import GROUP, PAY, SECRET, SUFFIX, USERS, Secured, login
 from tests.integration.rawclient import RawClient
-
-USERS = {"alice": "alice-pw", "bob": "bob-pw", "dave": "dave-pw"}
-SUFFIX = uuid.uuid4().hex[:6]
-PAY, SECRET, GROUP = f"pay-{SUFFIX}", f"secret-{SUFFIX}", f"bob-{SUFFIX}"
-
-
-@dataclass(frozen=True)
-class Secured:
-    """A broker's operator address (PLAINTEXT, super user) and users' (SASL_PLAINTEXT)."""
-
-    operator: str
-    users: str
-
-
-def acls() -> list[AclBinding]:
-    L, P = ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED
-    allow = AclPermissionType.ALLOW
-
-    def b(rtype: ResourceType, name: str, pattern: ResourcePatternType, principal: str,
-          op: AclOperation, permission: AclPermissionType = allow) -> AclBinding:
-        return AclBinding(rtype, name, pattern, principal, "*", op, permission)
-    return [
-        b(ResourceType.TOPIC, "pay-", P, "User:alice", AclOperation.WRITE),
-        b(ResourceType.TOPIC, "pay-", P, "User:alice", AclOperation.CREATE),
-        b(ResourceType.TRANSACTIONAL_ID, f"alice-tx-{SUFFIX}", L, "User:alice",
-          AclOperation.WRITE),
-        b(ResourceType.TOPIC, PAY, L, "User:bob", AclOperation.READ),
-        b(ResourceType.GROUP, "bob-", P, "User:bob", AclOperation.READ),
-        b(ResourceType.TOPIC, PAY, L, "User:dave", AclOperation.READ,
-          AclPermissionType.DENY),
-        b(ResourceType.TOPIC, "*", L, "User:dave", AclOperation.DESCRIBE),
-        b(ResourceType.BROKER, "kafka-cluster", L, "User:dave", AclOperation.IDEMPOTENT_WRITE),
-        b(ResourceType.BROKER, "kafka-cluster", L, "User:dave", AclOperation.DESCRIBE),
-    ]
-
-
-def prepare(s: Secured) -> None:
-    admin = AdminClient({"bootstrap.servers": s.operator})
-    for f in admin.create_topics([NewTopic(PAY, 1, 1), NewTopic(SECRET, 1, 1)]).values():
-        f.result(30)
-    for f in admin.create_acls(acls()).values():
-        f.result(30)
-    p = Producer({"bootstrap.servers": s.operator})
-    p.produce(PAY, b"seed")
-    p.produce(SECRET, b"seed")
-    assert p.flush(30) == 0
-    time.sleep(1)  # Kafka applies new ACLs through its metadata log
-
-
-@pytest.fixture(scope="module")
-def kafka_secured() -> Iterator[Secured]:
-    k = ApacheKafka(configs=KAFKA_CONFIGS)
-    sasl_port = _free_port(k.host)
-    jaas = "org.apache.kafka.common.security.plain.PlainLoginModule required " + " ".join(
-        f'user_{u}="{p}"' for u, p in USERS.items()) + ";"
-    k.configs.update({
-        "listeners": f"PLAINTEXT://{k.host}:{k.port},CONTROLLER://{k.host}:{k.controller_port},"
-                     f"SASL_PLAINTEXT://{k.host}:{sasl_port}",
-        "advertised.listeners": f"PLAINTEXT://{k.host}:{k.port},"
-                                f"SASL_PLAINTEXT://{k.host}:{sasl_port}",
-        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,"
-                                          "SASL_PLAINTEXT:SASL_PLAINTEXT",
-        "sasl.enabled.mechanisms": "PLAIN",
-        "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas,
-        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-        "super.users": "User:ANONYMOUS",
-    })
-    with k:
-        s = Secured(k.bootstrap_servers, f"{k.host}:{sasl_port}")
-        prepare(s)
-        yield s
-
-
-@pytest.fixture(scope="module")
-def headrace_secured() -> Iterator[Secured]:
-    with EmbeddedBroker(extra_args=[
-            "--no-auto-create-topics", "--listener", "PLAINTEXT://127.0.0.1:0",
-            "--listener", "SASL_PLAINTEXT://127.0.0.1:0", "--authorizer",
-            "--super-users", "User:ANONYMOUS"]) as b:
-        for user, password in USERS.items():
-            done = subprocess.run([sys.executable, "-m", "headrace", "users", "add", user, "-b",
-                                   b.bootstrap_servers], capture_output=True, text=True,
-                                  env={**os.environ, "HEADRACE_USER_PASSWORD": password},
-                                  timeout=60)
-            assert done.returncode == 0, done.stderr
-        s = Secured(b.bootstrap_servers, b.listeners["SASL_PLAINTEXT"])
-        prepare(s)
-        yield s
-
-
-def login(address: str, user: str) -> RawClient:
-    c = RawClient(address)
-    assert c.request(SaslHandshakeRequest(mechanism="PLAIN"), 1).error_code == 0
-    r = c.request(SaslAuthenticateRequest(auth_bytes=f"\0{user}\0{USERS[user]}".encode()), 2)
-    assert r.error_code == 0, r
-    return c
-
 
 MT = MetadataRequest.MetadataRequestTopic
 Scenario = Callable[[RawClient], Any]

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 from typing import Any
 
 
 class RawClient:
-    """One TCP connection; frames requests with kafka-python's codec, or sends raw bytes."""
+    """One TCP connection (TLS with ``tls``); frames requests with kafka-python's codec, or
+    sends raw bytes."""
 
-    def __init__(self, bootstrap: str, timeout: float = 10.0) -> None:
+    def __init__(self, bootstrap: str, timeout: float = 10.0,
+                 tls: ssl.SSLContext | None = None) -> None:
         host, port = bootstrap.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.sock = tls.wrap_socket(sock, server_hostname=host) if tls is not None else sock
         self.correlation_id = 0
 
     def send_raw(self, data: bytes) -> None:
@@ -49,7 +53,7 @@ class RawClient:
         while len(buf) < n:
             try:
                 chunk = self.sock.recv(n - len(buf))
-            except (ConnectionResetError, BrokenPipeError):
+            except (ConnectionResetError, BrokenPipeError, ssl.SSLError):
                 return None
             if not chunk:
                 return None

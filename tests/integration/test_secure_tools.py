@@ -111,3 +111,20 @@ def test_the_console_over_sasl_ssl(broker: EmbeddedBroker, pki: Pki,
     with ConsoleProcess(broker.listeners["SECURE"], client_config=settings(pki)) as console, \
             urllib.request.urlopen(f"{console.url}/topics", timeout=60) as response:
         assert "secure-console" in response.read().decode()
+
+
+def test_client_settings_after_any_subcommand(broker: EmbeddedBroker, pki: Pki) -> None:
+    after = [a for k, v in settings(pki).items() for a in ("-X", f"{k}={v}")]
+    for command in (["topics", "list"], ["groups", "list"]):
+        # a wrong password before the subcommand, the right settings after it: those win
+        done = subprocess.run([sys.executable, "-m", "headrace", "-X", "sasl.password=wrong",
+                               *command, *after, "-b", broker.listeners["SECURE"]],
+                              capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "COLUMNS": "200"})
+        assert done.returncode == 0, done.stderr
+    shown = subprocess.run([sys.executable, "-m", "headrace", "broker", "--help"],
+                           capture_output=True, text=True, timeout=60,
+                           env={**os.environ, "COLUMNS": "250"})
+    help_text = " ".join(shown.stdout.split())
+    assert all(p in help_text for p in ("PLAINTEXT, SSL, SASL_PLAINTEXT and SASL_SSL are "
+                                        "served", "ssl.client.auth"))

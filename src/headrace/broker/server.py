@@ -60,7 +60,8 @@ async def serve(config: BrokerConfig, stop: asyncio.Event | None = None,
 
     servers: list[asyncio.Server] = []
     for listener in config.effective_listeners():
-        tls = server_context(config.ssl) if listener.uses_tls else None
+        tls = (server_context(config.ssl, listener.client_auth(config.ssl.client_auth))
+               if listener.uses_tls else None)
         server = await asyncio.start_server(
             on_connect, listener.host, listener.port, limit=1024 * 1024, backlog=1024,
             ssl=tls, ssl_handshake_timeout=config.ssl.handshake_timeout_s if tls else None)

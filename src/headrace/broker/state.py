@@ -11,6 +11,7 @@ import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from headrace.broker import internal_topics
 from headrace.broker.config import BrokerConfig
 from headrace.broker.counters import BrokerMetrics
 from headrace.broker.groups.consumer_coordinator import ConsumerGroupCoordinator
@@ -19,12 +20,14 @@ from headrace.broker.groups.offsets import OffsetStore
 from headrace.broker.listeners import BoundListener
 from headrace.broker.security.acls import Authorizer
 from headrace.broker.security.credentials import CredentialStore
+from headrace.broker.security.legacy_topics import migrate
 from headrace.broker.txn.coordinator import TransactionCoordinator
 from headrace.broker.txn.log import TransactionLog
 from headrace.protocol.errors import ErrorCode, KafkaProtocolError
 from headrace.storage.errors import UnknownTopicError
 from headrace.storage.log import PartitionLog
 from headrace.storage.manager import LogManager, Topic
+from headrace.storage.metadata_log import MetadataLog
 
 log = logging.getLogger(__name__)
 
@@ -154,8 +157,9 @@ class BrokerState:
     @classmethod
     def open(cls, config: BrokerConfig) -> BrokerState:
         """Recover the logs, replay committed offsets, restore known groups (Empty, at
-        their last generation: members rejoin after a restart), and replay the
-        transaction log, completing transactions a crash left half-done."""
+        their last generation: members rejoin after a restart), replay the
+        transaction log, completing transactions a crash left half-done, and load the
+        credentials and ACLs from the metadata log (migrating the legacy topics first)."""
         logs = LogManager(config.data_dir, config.log)
         offsets = OffsetStore(logs, config.offsets_topic_partitions)
         offsets.load()
@@ -185,10 +189,14 @@ class BrokerState:
         consumer_groups = ConsumerGroupCoordinator(config.consumer_groups, topics,
                                                    classic_in_use, drop_classic)
         groups.is_foreign = lambda group_id: group_id in consumer_groups.groups
-        credentials = CredentialStore(logs)
+        # Credentials and ACLs: in the metadata log, out of every request's reach.
+        metadata = MetadataLog(config.data_dir)
+        migrate(logs, metadata)
+        credentials = CredentialStore(metadata)
         credentials.load()
-        authorizer = Authorizer(logs, config.authorizer)
+        authorizer = Authorizer(metadata, config.authorizer)
         authorizer.load()
+        metadata.finish_replay()
         return cls(config, logs, notifier, GroupCommitFlusher(), groups, offsets, txns,
                    consumer_groups, credentials, authorizer)
 
@@ -228,12 +236,14 @@ class BrokerState:
     def topic_for_write(self, name: str, allow_auto_create: bool = True) -> Topic:
         """The topic, auto-created (``auto.create.topics.enable``) when missing and allowed.
 
-        Raises ``UnknownTopicError`` or ``InvalidTopicError``.
+        Raises ``UnknownTopicError`` or ``InvalidTopicError``. Reserved names
+        (``internal_topics``) are never created.
         """
         topic = self.logs.topics.get(name)
         if topic is not None:
             return topic
-        if not (allow_auto_create and self.config.auto_create_topics):
+        if not (allow_auto_create and self.config.auto_create_topics
+                and internal_topics.may_auto_create(name)):
             raise UnknownTopicError(f"unknown topic {name!r}")
         log.info("auto-creating topic %s with %d partitions", name, self.config.num_partitions)
         return self.logs.create_topic(name, self.config.num_partitions)

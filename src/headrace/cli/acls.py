@@ -24,8 +24,8 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from headrace.cli.terminal import BootstrapServers, stdout
-from headrace.cli.users import ClientConfig, admin_client
+from headrace.cli.terminal import BootstrapServers, ClientConfig, stdout
+from headrace.cli.users import admin_client
 from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS, REQUEST_TIMEOUT_S
 from headrace.ops.errors import OpsError
 
@@ -111,7 +111,7 @@ def add(principal: Annotated[str, typer.Option(help="TYPE:NAME, e.g. User:alice.
     permission = AclPermissionType.DENY if deny else AclPermissionType.ALLOW
     bindings = [AclBinding(restype, name, pattern, principal, host, op, permission)
                 for op in _operations(operation, required=True)]
-    admin = admin_client(bootstrap_servers, client_config)
+    admin = admin_client(bootstrap_servers)
     futures: Any = admin.create_acls(bindings, request_timeout=REQUEST_TIMEOUT_S)
     for binding, future in futures.items():
         try:
@@ -128,7 +128,7 @@ def list_acls(topic: Topic = None, group: Group = None, transactional_id: TxnId 
               bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS,
               client_config: ClientConfig = None) -> None:
     """The ACLs the options select (all without options)."""
-    admin = admin_client(bootstrap_servers, client_config)
+    admin = admin_client(bootstrap_servers)
     found: list[Any] = []
     for flt in _filters(topic, group, transactional_id, cluster, prefixed, principal, host,
                         operation, None):
@@ -153,7 +153,7 @@ def delete(topic: Topic = None, group: Group = None, transactional_id: TxnId = N
     if not any((topic, group, transactional_id, cluster, principal, host, operation)):
         raise typer.BadParameter("select what to delete (e.g. --principal or --topic); "
                                  "delete everything with --principal 'User:*' per principal")
-    admin = admin_client(bootstrap_servers, client_config)
+    admin = admin_client(bootstrap_servers)
     flts = _filters(topic, group, transactional_id, cluster, prefixed, principal, host,
                     operation, deny)
     futures: Any = admin.delete_acls(flts, request_timeout=REQUEST_TIMEOUT_S)

@@ -29,7 +29,14 @@ from headrace.cli import (
     transactions,
     users,
 )
-from headrace.cli.terminal import BootstrapServers, plural, print_error, stderr, stdout
+from headrace.cli.terminal import (
+    BootstrapServers,
+    ClientConfig,
+    plural,
+    print_error,
+    stderr,
+    stdout,
+)
 from headrace.errors import HeadraceError
 from headrace.ops.clients import (
     DEFAULT_BOOTSTRAP_SERVERS,
@@ -141,7 +148,8 @@ def broker(
             "-c",
             metavar="NAME=VALUE",
             help="Default of a topic config for every topic, by Kafka's broker name "
-            "(log.retention.ms=3600000, log.cleanup.policy=compact) or topic name; repeatable.",
+            "(log.retention.ms=3600000, log.cleanup.policy=compact) or topic name, or a "
+            "listener's listener.name.<name>.ssl.client.auth; repeatable.",
         ),
     ] = None,
     log_cleaner: Annotated[
@@ -186,7 +194,10 @@ def broker(
     ] = None,
     listener: Annotated[
         list[str] | None, typer.Option(help="A listener NAME://HOST:PORT (repeatable; "
-                                       "replaces --host/--port). PLAINTEXT and SSL are served.")
+                                       "replaces --host/--port). PLAINTEXT, SSL, "
+                                       "SASL_PLAINTEXT and SASL_SSL are served. "
+                                       "'NAME://HOST:PORT?ssl.client.auth=required' sets the "
+                                       "listener's own client authentication.")
     ] = None,
     listener_security_protocol_map: Annotated[
         str, typer.Option(help="NAME:PROTOCOL,... for listeners not named after their "
@@ -200,7 +211,9 @@ def broker(
         str, typer.Option(help="PEM file of the CAs client certificates must chain to.")
     ] = "",
     ssl_client_auth: Annotated[
-        str, typer.Option(help="none, requested or required (ssl.client.auth).")
+        str, typer.Option(help="none, requested or required (ssl.client.auth), for SSL "
+                          "listeners (KIP-684: not SASL_SSL ones; a listener's own setting "
+                          "overrides it).")
     ] = "none",
     ssl_handshake_timeout: Annotated[
         float, typer.Option(min=0.1, help="Seconds a client has to finish the TLS handshake.")
@@ -228,7 +241,12 @@ def broker(
     from headrace.broker.config import BrokerConfig
     from headrace.broker.errors import BrokerConfigError
     from headrace.broker.groups.consumer_coordinator import ConsumerGroupConfig
-    from headrace.broker.listeners import SslConfig, parse_listeners, server_context
+    from headrace.broker.listeners import (
+        SslConfig,
+        listener_client_auth,
+        parse_listeners,
+        server_context,
+    )
     from headrace.broker.security.acls import AuthorizerConfig, parse_super_users
     from headrace.broker.server import run
     from headrace.storage.cleaner import CleanerConfig
@@ -238,7 +256,8 @@ def broker(
     if segment_bytes is not None:
         log = replace(log, segment_bytes=segment_bytes)
     try:
-        log = broker_log_config(parse_configs(config or []), log)
+        listener_auth, topic_defaults = listener_client_auth(parse_configs(config or []))
+        log = broker_log_config(topic_defaults, log)
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="'--config'") from e
     cleaner = CleanerConfig(enabled=log_cleaner, backoff_ms=log_cleaner_backoff_ms,
@@ -268,9 +287,11 @@ def broker(
         connections_max_reauth_ms=connections_max_reauth_ms,
     )
     try:
-        listeners = parse_listeners(listener or [], listener_security_protocol_map)
-        if any(x.uses_tls for x in listeners):
-            server_context(broker_config.ssl)  # a bad key or CA file fails here, clearly
+        listeners = parse_listeners(listener or [], listener_security_protocol_map,
+                                    listener_auth)
+        for x in listeners:  # a bad key or CA file fails here, clearly
+            if x.uses_tls:
+                server_context(broker_config.ssl, x.client_auth(ssl_client_auth))
     except BrokerConfigError as e:
         raise typer.BadParameter(str(e), param_hint="'--listener'/'--ssl-*'") from e
     if listeners:
@@ -312,6 +333,7 @@ def produce(
         Acks, typer.Option(help="Acknowledgements to wait for: all replicas, leader, none.")
     ] = Acks.ALL,
     bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS,
+    client_config: ClientConfig = None,
 ) -> None:
     """Produce one record per line of stdin.
 
@@ -377,6 +399,7 @@ def consume_command(
         typer.Option(min=0.0, help="Stop after SECONDS without a record (default: never)."),
     ] = None,
     bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS,
+    client_config: ClientConfig = None,
 ) -> None:
     """Print the records of a topic on stdout, one value per line.
 

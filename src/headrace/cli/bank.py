@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from headrace.cli.terminal import BootstrapServers, stdout
+from headrace.cli.terminal import BootstrapServers, ClientConfig, stdout
 from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS, client_settings
 
 if TYPE_CHECKING:
@@ -59,6 +59,7 @@ def _run(bootstrap_servers: str, topic: str, account: str, command: str, command
 @app.command("open")
 def open_command(account: str, owner: str, topic: Topic = "bank.events",
                  bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS,
+                 client_config: ClientConfig = None,
                  command_id: CommandId = "") -> None:
     """Open ACCOUNT for OWNER."""
     _run(bootstrap_servers, topic, account, "open", command_id, owner=owner)
@@ -68,6 +69,7 @@ def open_command(account: str, owner: str, topic: Topic = "bank.events",
 def deposit_command(account: str, cents: Cents, reference: str = "",
                     topic: Topic = "bank.events",
                     bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS,
+                    client_config: ClientConfig = None,
                     command_id: CommandId = "") -> None:
     """Deposit CENTS into ACCOUNT."""
     _run(bootstrap_servers, topic, account, "deposit", command_id, amount=cents,
@@ -78,6 +80,7 @@ def deposit_command(account: str, cents: Cents, reference: str = "",
 def withdraw_command(account: str, cents: Cents, reference: str = "",
                      topic: Topic = "bank.events",
                      bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS,
+                     client_config: ClientConfig = None,
                      command_id: CommandId = "") -> None:
     """Withdraw CENTS from ACCOUNT (refused if it would overdraw)."""
     _run(bootstrap_servers, topic, account, "withdraw", command_id, amount=cents,
@@ -89,7 +92,8 @@ def transfer_command(source: str, target: str, cents: Cents,
                      transfer_id: Annotated[str, typer.Option(
                          "--id", help="Transfer id: the same id never moves money twice.")],
                      topic: Topic = "bank.events",
-                     bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS) -> None:
+                     bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS,
+                     client_config: ClientConfig = None) -> None:
     """Move CENTS from SOURCE to TARGET (a saga of idempotent commands)."""
     from headrace.pipelines.bank.domain import transfer
 
@@ -108,7 +112,8 @@ def balance_command(account: str,
                     version: Annotated[int | None, typer.Option(
                         min=0, help="As of this version.")] = None,
                     topic: Topic = "bank.events",
-                    bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS) -> None:
+                    bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS,
+                    client_config: ClientConfig = None) -> None:
     """Show ACCOUNT's balance, now or as of a time or version."""
     when = None
     if at:

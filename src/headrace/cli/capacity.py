@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from headrace.cli.terminal import BootstrapServers, stdout
+from headrace.cli.terminal import BootstrapServers, ClientConfig, stdout
 from headrace.ops.capacity import (
     CapacitySampler,
     ClusterSample,
@@ -50,6 +50,7 @@ def capacity(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
     bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS,
+    client_config: ClientConfig = None,
 ) -> None:
     """How long the log can buffer before data is lost (seed 004's arithmetic).
 

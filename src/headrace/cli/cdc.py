@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from headrace.cli.terminal import BootstrapServers, stdout
+from headrace.cli.terminal import BootstrapServers, ClientConfig, stdout
 from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS, client_settings
 
 app = typer.Typer(name="cdc", help="Change data capture from PostgreSQL into the log.",
@@ -26,6 +26,7 @@ def postgres_command(
     dsn: Dsn,
     tables: Annotated[str, typer.Option(help="Comma-separated schema.table list to capture.")],
     bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS,
+    client_config: ClientConfig = None,
     topic_prefix: Annotated[str, typer.Option(help="Topics are PREFIX.schema.table.")] = "headrace",
     snapshot: Annotated[str, typer.Option(help="initial, never, always or initial_only.")] = "initial",
     slot: Slot = "headrace",
@@ -63,6 +64,7 @@ def status(
     dsn: Dsn,
     slot: Slot = "headrace",
     bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS,
+    client_config: ClientConfig = None,
     offsets_topic: Annotated[str, typer.Option(help="The connector's offsets topic.")] =
         "__headrace_cdc_offsets",
 ) -> None:

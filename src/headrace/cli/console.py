@@ -6,12 +6,13 @@ from typing import Annotated
 
 import typer
 
-from headrace.cli.terminal import BootstrapServers
+from headrace.cli.terminal import BootstrapServers, ClientConfig
 from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS
 
 
 def console(
     bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS,
+    client_config: ClientConfig = None,
     registry: Annotated[str, typer.Option(
         help="Schema registry URL: decodes registry-encoded values, lists schemas.")] = "",
     pipeline_metrics: Annotated[list[str] | None, typer.Option(

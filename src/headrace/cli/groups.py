@@ -12,6 +12,7 @@ from rich.text import Text
 
 from headrace.cli.terminal import (
     BootstrapServers,
+    ClientConfig,
     NamesOnly,
     dash,
     plural,
@@ -46,6 +47,7 @@ GroupId = Annotated[
 def list_groups(
     names_only: NamesOnly = False,
     bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS,
+    client_config: ClientConfig = None,
 ) -> None:
     """List consumer groups with their state, Empty ones (only committed offsets) included.
 
@@ -62,6 +64,7 @@ def list_groups(
 def describe(
     group_id: GroupId,
     bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS,
+    client_config: ClientConfig = None,
 ) -> None:
     """Show a group's state, members and, per partition, committed offset, log end and lag.
 
@@ -114,6 +117,7 @@ def reset_offsets(
         bool, typer.Option("--execute", help="Apply the new offsets (default: dry run).")
     ] = False,
     bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS,
+    client_config: ClientConfig = None,
 ) -> None:
     """Move a group's committed offsets on one topic; a dry run unless --execute is given.
 
@@ -143,6 +147,7 @@ def reset_offsets(
 def delete(
     group_id: GroupId,
     bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS,
+    client_config: ClientConfig = None,
 ) -> None:
     """Delete a group and its committed offsets. Fails if it has live members."""
     GroupAdmin(bootstrap_servers).delete(group_id)

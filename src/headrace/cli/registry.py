@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from headrace.cli.terminal import BootstrapServers, stdout
+from headrace.cli.terminal import BootstrapServers, ClientConfig, stdout
 from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS, client_settings
 from headrace.ops.errors import InvalidInputError
 
@@ -34,6 +34,7 @@ app = typer.Typer(
 
 def registry(
     bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS,
+    client_config: ClientConfig = None,
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535,
                                       help="HTTP port; 0 picks a free one.")] = 8081,

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from headrace.ops.clients import BOOTSTRAP_ENV_VAR
+from headrace.ops.clients import BOOTSTRAP_ENV_VAR, add_client_settings, parse_client_settings
 
 # Piped output is as wide as a table needs (up to this), not wrapped at rich's default of
 # 80 columns: long ids (group member ids) stay on one line for grep and awk.
@@ -45,6 +45,29 @@ BootstrapServers = Annotated[
         envvar=BOOTSTRAP_ENV_VAR,
         help="Comma-separated host:port list of brokers to bootstrap from.",
         show_envvar=True,
+    ),
+]
+
+
+
+def _add_client_settings(values: list[str] | None) -> list[str] | None:
+    """A subcommand's ``-X``: added to the process's client settings (``headrace -X``
+    and ``--command-config`` ones), winning over them. Parsed before the command runs."""
+    if values:
+        try:
+            add_client_settings(parse_client_settings(values))
+        except ValueError as e:
+            raise typer.BadParameter(str(e), param_hint="'--client-config'") from e
+    return values
+
+
+# Every command that talks to a broker takes it, as ``headrace -X`` before the command.
+ClientConfig = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--client-config", "-X", metavar="KEY=VALUE", callback=_add_client_settings,
+        help="A Kafka client setting by librdkafka's name (security.protocol=SSL, "
+        "sasl.username=...); repeatable; also accepted before the command.",
     ),
 ]
 

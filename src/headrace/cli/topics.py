@@ -10,7 +10,14 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from headrace.cli.terminal import BootstrapServers, NamesOnly, plural, print_listing, stdout
+from headrace.cli.terminal import (
+    BootstrapServers,
+    ClientConfig,
+    NamesOnly,
+    plural,
+    print_listing,
+    stdout,
+)
 from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS
 from headrace.ops.topics import TopicAdmin, TopicDescription, parse_configs
 
@@ -45,6 +52,7 @@ def create(
         ),
     ] = None,
     bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS,
+    client_config: ClientConfig = None,
 ) -> None:
     """Create a topic. Fails if it exists already."""
     try:
@@ -59,6 +67,7 @@ def create(
 def list_topics(
     names_only: NamesOnly = False,
     bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS,
+    client_config: ClientConfig = None,
 ) -> None:
     """List the topics of the cluster, internal ones included."""
     topics = TopicAdmin(bootstrap_servers).list_topics()
@@ -70,6 +79,7 @@ def list_topics(
 def describe(
     name: TopicName,
     bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS,
+    client_config: ClientConfig = None,
 ) -> None:
     """Show a topic's partitions (leader, replicas, in-sync replicas) and its configs."""
     stdout.print(_render(TopicAdmin(bootstrap_servers).describe(name)))
@@ -99,6 +109,7 @@ def alter_config(
                      help="Remove items from a list config, e.g. cleanup.policy=delete."),
     ] = None,
     bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS,
+    client_config: ClientConfig = None,
 ) -> None:
     """Change a topic's configs (IncrementalAlterConfigs): all changes or none.
 
@@ -121,6 +132,7 @@ def alter_config(
 def delete(
     name: TopicName,
     bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS,
+    client_config: ClientConfig = None,
 ) -> None:
     """Delete a topic and all its records. Fails if it does not exist."""
     TopicAdmin(bootstrap_servers).delete(name)

@@ -14,6 +14,7 @@ from rich.text import Text
 
 from headrace.cli.terminal import (
     BootstrapServers,
+    ClientConfig,
     NamesOnly,
     print_listing,
     stdout,
@@ -57,6 +58,7 @@ def list_transactions(
     ] = None,
     names_only: NamesOnly = False,
     bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS,
+    client_config: ClientConfig = None,
 ) -> None:
     """List transactional ids with their coordinator, producer id and state.
 
@@ -82,6 +84,7 @@ def describe(
         ),
     ],
     bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS,
+    client_config: ClientConfig = None,
 ) -> None:
     """Show a transactional id's state, producer id and epoch, timeout, start time and the
     partitions in its transaction, as its coordinator reports them."""

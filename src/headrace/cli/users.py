@@ -16,12 +16,11 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from headrace.cli.terminal import BootstrapServers, stdout
+from headrace.cli.terminal import BootstrapServers, ClientConfig, stdout
 from headrace.ops.clients import (
     DEFAULT_BOOTSTRAP_SERVERS,
     REQUEST_TIMEOUT_S,
     client_settings,
-    parse_client_settings,
 )
 from headrace.ops.errors import OpsError
 
@@ -43,14 +42,10 @@ def _mechanisms(names: list[str] | None) -> list[tuple[str, ScramMechanism]]:
     return [(n.upper(), MECHANISMS[n.upper()]) for n in chosen]
 
 
-def admin_client(bootstrap_servers: str, client_config: list[str] | None) -> AdminClient:
-    """An admin client with the process's client settings and this command's ``-X``."""
-    try:
-        extra = parse_client_settings(client_config or [])
-    except ValueError as e:
-        raise typer.BadParameter(str(e), param_hint="'--client-config'") from e
+def admin_client(bootstrap_servers: str) -> AdminClient:
+    """An admin client with the process's client settings (``-X`` included)."""
     return AdminClient({**client_settings(), "bootstrap.servers": bootstrap_servers,
-                        "log_level": 3, **extra})
+                        "log_level": 3})
 
 
 def _wait(futures: dict[str, Any], what: str) -> None:
@@ -59,10 +54,6 @@ def _wait(futures: dict[str, Any], what: str) -> None:
             future.result(REQUEST_TIMEOUT_S)
         except KafkaException as e:
             raise OpsError(f"{what} {user!r}: {e.args[0].str()}") from e
-
-
-ClientConfig = Annotated[list[str] | None, typer.Option(
-    "--client-config", "-X", help="librdkafka setting KEY=VALUE (e.g. security.protocol=SSL).")]
 
 
 @app.command("add")
@@ -79,7 +70,7 @@ def add(user: str,
     changes: list[Any] = [UserScramCredentialUpsertion(user, ScramCredentialInfo(m, iterations),
                                             password.encode(), os.urandom(32))
                for _name, m in _mechanisms(mechanism)]
-    admin = admin_client(bootstrap_servers, client_config)  # kept alive until the answers came
+    admin = admin_client(bootstrap_servers)  # kept alive until the answers came
     _wait(admin.alter_user_scram_credentials(changes), "cannot set the credentials of")
     stdout.print(f"{user}: {', '.join(n for n, _ in _mechanisms(mechanism))}")
 
@@ -88,7 +79,7 @@ def add(user: str,
 def list_users(bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS,
                client_config: ClientConfig = None) -> None:
     """Users and their SCRAM mechanisms (never the keys)."""
-    admin = admin_client(bootstrap_servers, client_config)
+    admin = admin_client(bootstrap_servers)
     future: Any = admin.describe_user_scram_credentials()
     try:
         found = future.result(REQUEST_TIMEOUT_S)
@@ -105,7 +96,7 @@ def delete(user: str, mechanism: Mechanism = None,
            bootstrap_servers: BootstrapServers = DEFAULT_BOOTSTRAP_SERVERS,
            client_config: ClientConfig = None) -> None:
     """Delete USER's credentials (all mechanisms unless --mechanism)."""
-    admin = admin_client(bootstrap_servers, client_config)
+    admin = admin_client(bootstrap_servers)
     chosen = _mechanisms(mechanism)
     if not mechanism:  # only what exists: deleting a missing one is an error
         try:

@@ -143,6 +143,11 @@ def set_client_settings(settings: Mapping[str, str]) -> None:
     _SETTINGS.update(settings)
 
 
+def add_client_settings(settings: Mapping[str, str]) -> None:
+    """Add ``settings`` to the process's client settings (a subcommand's ``-X``)."""
+    _SETTINGS.update(settings)
+
+
 def client_settings() -> dict[str, str]:
     """The process's client settings (librdkafka names), for clients made elsewhere."""
     return dict(_SETTINGS)

@@ -2,7 +2,9 @@
 KIP-890, is not served). Puts partitions in the producer's ongoing transaction. With
 ACLs: WRITE on the transactional id (else every partition answers
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and on each topic (else that topic's partitions
-answer TOPIC_AUTHORIZATION_FAILED and the others OPERATION_NOT_ATTEMPTED, as Kafka)."""
+answer TOPIC_AUTHORIZATION_FAILED and the others OPERATION_NOT_ATTEMPTED, as Kafka).
+Internal topics are never added by a client: TOPIC_AUTHORIZATION_FAILED whatever the
+ACLs, as Kafka (``internal_topics``)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from typing import Any
 
 from kafka.protocol.producer import AddPartitionsToTxnRequest, AddPartitionsToTxnResponse
 
+from headrace.broker import internal_topics
 from headrace.broker.context import RequestContext
 from headrace.broker.handlers._txn import fenced_code
 from headrace.broker.registry import handles
@@ -23,7 +26,8 @@ _Partition = _Topic.AddPartitionsToTxnPartitionResult
 @handles(AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, max_version=3)
 async def handle(ctx: RequestContext, request: Any) -> Any:
     wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
-    denied = {t for t, _p in wanted if not ctx.allowed(AclOperation.WRITE, ResourceType.TOPIC, t)}
+    denied = {t for t, _p in wanted if internal_topics.is_internal(t)
+              or not ctx.allowed(AclOperation.WRITE, ResourceType.TOPIC, t)}
     try:
         ctx.require(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
                     request.v3_and_below_transactional_id)

@@ -1,9 +1,10 @@
 """AlterUserScramCredentials (key 51), version 0 (KIP-554).
 
 Upserts (a salted password as the client computed it, with its salt and iterations) and
-deletions of SCRAM credentials, stored hashed in ``__headrace_scram_credentials``. Errors
+deletions of SCRAM credentials, stored hashed in the broker's metadata log. Errors
 per user as Kafka: UNSUPPORTED_SASL_MECHANISM, UNACCEPTABLE_CREDENTIAL (empty name,
-iterations outside 4096-16384, empty salt or password), RESOURCE_NOT_FOUND (deleting what
+iterations outside 4096-16384, empty salt or password, anything the metadata log's replay
+would refuse, such as a salt over 1 KiB), RESOURCE_NOT_FOUND (deleting what
 does not exist), DUPLICATE_RESOURCE (one user and mechanism twice). A user with any error
 changes nothing. With ACLs: ALTER on the cluster (else every user answers
 CLUSTER_AUTHORIZATION_FAILED).
@@ -20,6 +21,7 @@ from kafka.protocol.admin.users import (
 
 from headrace.broker.context import RequestContext
 from headrace.broker.registry import handles
+from headrace.broker.security.credentials import InvalidCredentialRecord, to_record
 from headrace.broker.security.scram import (
     MAX_ITERATIONS,
     MECHANISM_IDS,
@@ -75,8 +77,14 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         elif not upsert.salt or not upsert.salted_password:
             fail(name, ErrorCode.UNACCEPTABLE_CREDENTIAL, "salt and password must not be empty")
         else:
-            changes.append((name, mechanism, from_salted(
-                mechanism, bytes(upsert.salted_password), bytes(upsert.salt), upsert.iterations)))
+            credential = from_salted(mechanism, bytes(upsert.salted_password),
+                                     bytes(upsert.salt), upsert.iterations)
+            try:
+                to_record(name, mechanism, credential)  # what replay would accept
+            except InvalidCredentialRecord as e:
+                fail(name, ErrorCode.UNACCEPTABLE_CREDENTIAL, str(e))
+                continue
+            changes.append((name, mechanism, credential))
     good = [c for c in changes if c[0] not in errors]
     if good:
         store.write(good)

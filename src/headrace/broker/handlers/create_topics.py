@@ -5,7 +5,8 @@ overrides, persisted before the answer. Replication factor must be -1 or 1 (one 
 anything else gets INVALID_REPLICATION_FACTOR. ``validate_only`` checks without creating.
 Manual replica assignments naming another broker get INVALID_REPLICA_ASSIGNMENT.
 With ACLs: CREATE on the cluster or the topic (else TOPIC_AUTHORIZATION_FAILED); the
-configs are answered only with DESCRIBE_CONFIGS on the topic, as Kafka does.
+configs are answered only with DESCRIBE_CONFIGS on the topic, as Kafka does. Reserved
+names (``internal_topics``) answer INVALID_REQUEST, as Kafka for ``__cluster_metadata``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
 
+from headrace.broker import internal_topics
 from headrace.broker.context import RequestContext
 from headrace.broker.errors import error_code_for
 from headrace.broker.registry import handles
@@ -35,6 +37,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         try:
             if not ctx.may_create_topic(t.name):
                 ctx.require(AclOperation.CREATE, ResourceType.TOPIC, t.name)
+            internal_topics.refuse_creation(t.name)
             if t.replication_factor not in (-1, 1):
                 raise KafkaProtocolError(ErrorCode.INVALID_REPLICATION_FACTOR,
                                          f"replication factor {t.replication_factor} > 1 "

@@ -6,7 +6,8 @@ log start offset, never lowered: asking below it changes nothing). The new start
 is written (temp file and rename) before the answer, so it survives ``kill -9``, and is
 fsynced on a worker thread before the answer too. Errors per partition:
 OFFSET_OUT_OF_RANGE beyond the high watermark, POLICY_VIOLATION when the topic's
-cleanup.policy lacks delete (as Kafka), UNKNOWN_TOPIC_OR_PARTITION. ``timeout_ms`` is not
+cleanup.policy lacks delete (as Kafka), UNKNOWN_TOPIC_OR_PARTITION, INVALID_TOPIC_EXCEPTION
+for an internal topic (``internal_topics``: as Kafka, for every client). ``timeout_ms`` is not
 needed: there are no replicas to wait for.
 """
 
@@ -17,6 +18,7 @@ from typing import Any
 
 from kafka.protocol.admin import DeleteRecordsRequest, DeleteRecordsResponse
 
+from headrace.broker import internal_topics
 from headrace.broker.context import RequestContext
 from headrace.broker.errors import error_code_for
 from headrace.broker.registry import handles
@@ -44,6 +46,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             try:
                 ctx.require(AclOperation.DELETE, ResourceType.TOPIC, t.name)
                 plog = logs.get_log(t.name, p.partition_index)
+                internal_topics.refuse_change(t.name, "delete records of")
                 before = plog.log_start_offset
                 low = plog.delete_records(p.offset)
                 if low != before:

@@ -3,7 +3,8 @@
 Deletes topics by name (v6 also by topic id): metadata first, then the partition
 directories. Fetches waiting on a deleted partition answer UNKNOWN_TOPIC_OR_PARTITION
 on their next pass. With ACLs each topic needs DELETE (else
-TOPIC_AUTHORIZATION_FAILED).
+TOPIC_AUTHORIZATION_FAILED). Internal topics are never deleted: INVALID_TOPIC_EXCEPTION
+for every client (``internal_topics``; Kafka lets a principal with DELETE delete them).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from kafka.protocol.admin import DeleteTopicsRequest, DeleteTopicsResponse
 
+from headrace.broker import internal_topics
 from headrace.broker.context import RequestContext
 from headrace.broker.errors import error_code_for
 from headrace.broker.registry import handles
@@ -42,6 +44,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                 continue
         try:
             ctx.require(AclOperation.DELETE, ResourceType.TOPIC, name)
+            logs.get_topic(name)
+            internal_topics.refuse_change(name, "delete")
             topic = logs.delete_topic(name)
             results.append(_Result(name=name, topic_id=topic.topic_id, error_code=0,
                                    error_message=None))

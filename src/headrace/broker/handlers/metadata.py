@@ -10,7 +10,9 @@ ids are never auto-created. With ACLs (``--authorizer``): listing all topics sho
 those the client may DESCRIBE, as Kafka hides them; a named one it may not describe
 answers TOPIC_AUTHORIZATION_FAILED, and auto-creation needs CREATE on the cluster or the
 topic (else UNKNOWN_TOPIC_OR_PARTITION). Authorized operations (v8+, when asked): those
-the client may perform.
+the client may perform. ``is_internal`` marks Kafka's internal topics (``internal_topics``);
+reserved names are never auto-created, and broker-private state (credentials, ACLs) is
+not a topic, so no listing can show it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
+from headrace.broker import internal_topics
 from headrace.broker.context import RequestContext
 from headrace.broker.errors import error_code_for
 from headrace.broker.registry import handles
@@ -42,7 +45,7 @@ def _topic_entry(ctx: RequestContext, topic: Topic, request: Any) -> Any:
         error_code=0,
         name=topic.name,
         topic_id=topic.topic_id,
-        is_internal=topic.name.startswith("__"),
+        is_internal=internal_topics.is_internal(topic.name),
         partitions=[
             _Partition(error_code=0, partition_index=p, leader_id=node, leader_epoch=0,
                        replica_nodes=[node], isr_nodes=[node], offline_replicas=[])

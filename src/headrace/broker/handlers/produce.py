@@ -24,6 +24,8 @@ stamped with the broker's clock (``log_validation``), answered in ``log_append_t
 With ACLs: a transactional request needs WRITE on its transactional id (else every
 partition answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED), each topic WRITE (else
 TOPIC_AUTHORIZATION_FAILED), and a missing topic is auto-created only with CREATE.
+Internal topics (``internal_topics``) are never appended to by a client:
+INVALID_TOPIC_EXCEPTION, as Kafka (not even for its ``__admin_client`` client id).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any
 
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
+from headrace.broker import internal_topics
 from headrace.broker.context import RequestContext
 from headrace.broker.errors import error_code_for
 from headrace.broker.log_validation import validate_for_log
@@ -71,6 +74,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                     ctx.require(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id)
                 if topic_denied:
                     ctx.require(AclOperation.WRITE, ResourceType.TOPIC, name)
+                internal_topics.refuse_change(name, "append to")
                 plog = state.topic_for_write(
                     name, name in state.logs.topics or ctx.may_create_topic(name)).partitions
                 if not 0 <= pd.index < len(plog):

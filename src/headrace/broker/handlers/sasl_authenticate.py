@@ -8,6 +8,9 @@ closed after the response, as Kafka does. Re-authentication (KIP-368): with
 ``connections.max.reauth.ms`` set, a v1+ login answers that ``session_lifetime_ms`` and
 the connection serves nothing but a new login once it passed (``connection``); a
 re-authentication must keep the principal (else SASL_AUTHENTICATION_FAILED, then closed).
+An authorization id (PLAIN's, SCRAM's ``a=``) other than the user name is refused with
+Kafka's message, "Authentication failed: Client requested an authorization id that is
+different from username"; other failures with Kafka's generic "invalid credentials" one.
 Without it (0, the default) a login lasts as long as the connection.
 """
 
@@ -22,6 +25,7 @@ from headrace.broker.context import RequestContext
 from headrace.broker.registry import handles
 from headrace.broker.security.scram import (
     AuthenticationError,
+    AuthorizationIdError,
     ScramServer,
     parse_plain,
     password_matches,
@@ -78,5 +82,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     except AuthenticationError as e:
         session.scram = None
         session.close_after = True
+        if isinstance(e, AuthorizationIdError):
+            return _answer(error=str(e))
         return _answer(error=f"Authentication failed during authentication due to invalid "
                              f"credentials with SASL mechanism {mechanism}: {e}")

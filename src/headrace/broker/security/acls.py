@@ -14,17 +14,23 @@ the pattern (LITERAL; the literal ``*`` is every resource of the type) or starts
   any of READ, WRITE, DELETE, ALTER, for DESCRIBE_CONFIGS also ALTER_CONFIGS (Kafka's
   implied operations).
 
-Bindings live in the compacted internal topic ``__headrace_acls`` (one record per
-binding, a tombstone deletes it) and are replayed at start. Event loop only.
+Bindings live in the broker's metadata log (``storage.metadata_log``: no Kafka request
+can read or write them), one ``acl`` record per binding (its key the binding as canonical
+JSON, a null value deletes it), replayed at start. Replay checks each record as CreateAcls
+checks a new binding (``validate_binding``: no ANY or MATCH pattern, no ANY or UNKNOWN
+operation or resource type, a ``TYPE:NAME`` principal...) and refuses, logging it, any
+record of the wrong shape. Event loop only.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
+from typing import Any
 
-from headrace.broker.security.internal_topic import InternalTopic
+from headrace.errors import HeadraceError
 from headrace.protocol.acl_operations import (
     CLUSTER_NAME,
     AclOperation,
@@ -33,9 +39,11 @@ from headrace.protocol.acl_operations import (
     ResourceType,
 )
 from headrace.protocol.errors import ErrorCode, KafkaProtocolError
-from headrace.storage.manager import LogManager
+from headrace.storage.metadata_log import MetadataLog, MetadataRecord
 
-ACLS_TOPIC = "__headrace_acls"
+log = logging.getLogger(__name__)
+
+KIND = "acl"
 WILDCARD = "*"
 _O = AclOperation
 _IMPLIED = {_O.DESCRIBE: frozenset({_O.DESCRIBE, _O.READ, _O.WRITE, _O.DELETE, _O.ALTER}),
@@ -120,6 +128,39 @@ def validate_binding(b: AclBinding) -> None:
         raise bad("the host must be an address or *")
 
 
+class InvalidAclRecord(HeadraceError):
+    """A stored ACL record has the wrong shape; the message says what is wrong."""
+
+
+_FIELD_TYPES = {f.name: (int if f.type == "int" else str) for f in fields(AclBinding)}
+
+
+def record_key(b: AclBinding) -> str:
+    return json.dumps(asdict(b), sort_keys=True, separators=(",", ":"))
+
+
+def decode(key: str, value: Any) -> tuple[AclBinding, bool]:
+    """``(binding, present)`` of a record (``present`` False: a deletion); raises
+    ``InvalidAclRecord`` for any record of the wrong shape."""
+    try:
+        doc = json.loads(key)
+    except ValueError as e:
+        raise InvalidAclRecord(f"undecodable key: {e}") from e
+    if not isinstance(doc, dict) or set(doc) != set(_FIELD_TYPES):
+        raise InvalidAclRecord(f"the key must hold exactly {sorted(_FIELD_TYPES)}")
+    for name, kind in _FIELD_TYPES.items():
+        if type(doc[name]) is not kind:
+            raise InvalidAclRecord(f"{name} is not a{'n int' if kind is int else ' string'}")
+    binding = AclBinding(**doc)
+    try:
+        validate_binding(binding)
+    except KafkaProtocolError as e:
+        raise InvalidAclRecord(str(e)) from e
+    if value not in (True, None):
+        raise InvalidAclRecord(f"value {value!r} is neither true nor null")
+    return binding, value is True
+
+
 @dataclass(frozen=True)
 class AuthorizerConfig:
     """``enabled``: Kafka's ``authorizer.class.name`` set; ``super_users``: principals
@@ -139,27 +180,34 @@ class Authorizer:
     """The ACLs of the cluster and the decision for one (principal, host, operation,
     resource). Decisions are cached until the ACLs change."""
 
-    def __init__(self, logs: LogManager, config: AuthorizerConfig) -> None:
+    def __init__(self, metadata: MetadataLog, config: AuthorizerConfig) -> None:
         self.config = config
         self.enabled = config.enabled
         self._super = frozenset(config.super_users)
-        self._topic = InternalTopic(logs, ACLS_TOPIC)
+        self._log = metadata
         self._bindings: dict[int, set[AclBinding]] = {}
         self._cache: dict[tuple[str, str, int, int, str], bool] = {}
 
     def load(self) -> None:
-        self._topic.replay(self._apply)
+        """Replay the ACL records; each record of the wrong shape is refused with an
+        error naming it, never applied."""
+        self._log.replay(KIND, self._replayed)
 
-    def _apply(self, key: bytes, value: bytes | None) -> None:
+    def _replayed(self, record: MetadataRecord) -> bool:
         try:
-            binding = AclBinding(**json.loads(key))
-        except (ValueError, TypeError):
-            return
+            binding, present = decode(record.key, record.value)
+        except InvalidAclRecord as e:
+            log.error("metadata log: refused %s: %s", record.describe(), e)
+            return False
+        self._apply(binding, present)
+        return True
+
+    def _apply(self, binding: AclBinding, present: bool) -> None:
         group = self._bindings.setdefault(binding.resource_type, set())
-        if value is None:
-            group.discard(binding)
-        else:
+        if present:
             group.add(binding)
+        else:
+            group.discard(binding)
         self._cache.clear()
 
     def bindings(self) -> list[AclBinding]:
@@ -176,9 +224,14 @@ class Authorizer:
         return doomed
 
     def _write(self, changes: list[tuple[AclBinding, bool]]) -> None:
-        if changes:
-            self._topic.write([(json.dumps(asdict(b), sort_keys=True).encode(),
-                                b"1" if keep else None) for b, keep in changes], self._apply)
+        """Durably in one write, then applied; each record checked as replay checks it."""
+        records = [MetadataRecord(KIND, record_key(b), True if keep else None)
+                   for b, keep in changes]
+        for r in records:
+            decode(r.key, r.value)
+        self._log.append(records)
+        for b, keep in changes:
+            self._apply(b, keep)
 
     def authorize(self, principal: str, host: str, operation: int, resource_type: int,
                   name: str) -> bool:

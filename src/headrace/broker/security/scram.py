@@ -29,6 +29,15 @@ class AuthenticationError(HeadraceError):
     to send to the client (it never says which of user and password was wrong)."""
 
 
+class AuthorizationIdError(AuthenticationError):
+    """The client asked to act as someone else (an authzid other than its user name).
+    Answered with exactly this message, as Kafka answers it."""
+
+    def __init__(self) -> None:
+        super().__init__("Authentication failed: Client requested an authorization id that "
+                         "is different from username")
+
+
 @dataclass(frozen=True)
 class ScramCredential:
     mechanism: str
@@ -79,7 +88,7 @@ def parse_plain(token: bytes) -> tuple[str, str, str]:
     except UnicodeDecodeError as e:
         raise AuthenticationError("malformed PLAIN token") from e
     if authzid and authzid != user:
-        raise AuthenticationError("PLAIN authorization id must be empty or the user name")
+        raise AuthorizationIdError()
     return authzid, user, password
 
 
@@ -121,14 +130,20 @@ class ScramServer:
         except UnicodeDecodeError as e:
             raise AuthenticationError("malformed SCRAM message") from e
         gs2_cbind, sep1, rest = text.partition(",")
-        _authzid, sep2, bare = rest.partition(",")
+        authzid, sep2, bare = rest.partition(",")
         if not (sep1 and sep2) or gs2_cbind not in ("n", "y"):
             raise AuthenticationError("malformed SCRAM client-first message (channel binding "
                                       "is not supported)")
+        if authzid and not authzid.startswith("a="):
+            raise AuthenticationError("malformed SCRAM client-first message")
         attrs = _attributes(bare)
         if "n" not in attrs or "r" not in attrs or not attrs["r"]:
             raise AuthenticationError("malformed SCRAM client-first message")
         self.user = _unescape(attrs["n"])
+        # Kafka refuses this once it found the user; refusing it for every name tells
+        # nobody which users exist.
+        if authzid and _unescape(authzid[2:]) != self.user:
+            raise AuthorizationIdError()
         lookup = self._lookup
         assert callable(lookup)
         credential = lookup(self.user)
@@ -136,7 +151,7 @@ class ScramServer:
         # fails at the proof, as a wrong password does.
         self._credential = credential or make_credential(self.mechanism, os.urandom(16).hex())
         self._known = credential is not None
-        self._gs2 = text[: len(gs2_cbind) + 1 + len(_authzid) + 1]
+        self._gs2 = text[: len(gs2_cbind) + 1 + len(authzid) + 1]
         self._client_first_bare = bare
         self._nonce = attrs["r"] + base64.b64encode(os.urandom(18)).decode()
         self._server_first = (f"r={self._nonce},s={base64.b64encode(self._credential.salt).decode()}"

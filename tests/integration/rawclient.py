@@ -6,13 +6,15 @@ import socket
 import struct
 from typing import Any
 
+from headrace.testing import scaled
+
 
 class RawClient:
     """One TCP connection; frames requests with kafka-python's codec, or sends raw bytes."""
 
     def __init__(self, bootstrap: str, timeout: float = 10.0) -> None:
         host, port = bootstrap.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.sock = socket.create_connection((host, int(port)), timeout=scaled(timeout))
         self.correlation_id = 0
 
     def send_raw(self, data: bytes) -> None:

@@ -18,7 +18,8 @@ from tests.conftest import AnyBroker
 
 @pytest.fixture
 def store(any_broker: AnyBroker, topic_name: str) -> Iterator[EventStore]:
-    with EventStore(any_broker.bootstrap_servers, topic_name, bank_events) as s:
+    with EventStore(any_broker.bootstrap_servers, topic_name, bank_events,
+                    timeout=scaled(30)) as s:
         yield s
 
 

@@ -41,7 +41,7 @@ from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 from kafka.protocol.producer import InitProducerIdRequest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
-from headrace.testing import ApacheKafka, EmbeddedBroker, _free_port
+from headrace.testing import ApacheKafka, EmbeddedBroker, _free_port, scaled
 from tests.differential.conftest import KAFKA_CONFIGS
 from tests.integration.rawclient import RawClient
 
@@ -83,14 +83,14 @@ def acls() -> list[AclBinding]:
 def prepare(s: Secured) -> None:
     admin = AdminClient({"bootstrap.servers": s.operator})
     for f in admin.create_topics([NewTopic(PAY, 1, 1), NewTopic(SECRET, 1, 1)]).values():
-        f.result(30)
+        f.result(scaled(30))
     for f in admin.create_acls(acls()).values():
-        f.result(30)
+        f.result(scaled(30))
     p = Producer({"bootstrap.servers": s.operator})
     p.produce(PAY, b"seed")
     p.produce(SECRET, b"seed")
-    assert p.flush(30) == 0
-    time.sleep(1)  # Kafka applies new ACLs through its metadata log
+    assert p.flush(scaled(30)) == 0
+    time.sleep(scaled(2))  # Kafka applies new ACLs through its metadata log (its pace)
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +127,7 @@ def headrace_secured() -> Iterator[Secured]:
             done = subprocess.run([sys.executable, "-m", "headrace", "users", "add", user, "-b",
                                    b.bootstrap_servers], capture_output=True, text=True,
                                   env={**os.environ, "HEADRACE_USER_PASSWORD": password},
-                                  timeout=60)
+                                  timeout=scaled(60))
             assert done.returncode == 0, done.stderr
         s = Secured(b.bootstrap_servers, b.listeners["SASL_PLAINTEXT"])
         prepare(s)
@@ -322,7 +322,7 @@ def test_same_answer_as_kafka(kafka_secured: Secured, headrace_secured: Secured,
     user, run = SCENARIOS[scenario]
     answers = {}
     for name, s in (("kafka", kafka_secured), ("headrace", headrace_secured)):
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + scaled(30)
         while True:  # Kafka loads its coordinators and producer ids on first use
             with login(s.users, user) as c:
                 answers[name] = run(c)
@@ -341,9 +341,9 @@ def test_produce_same_as_kafka(kafka_secured: Secured, headrace_secured: Secured
         p = Producer({"bootstrap.servers": s.users, "security.protocol": "SASL_PLAINTEXT",
                       "sasl.mechanism": "PLAIN", "sasl.username": user,
                       "sasl.password": USERS[user], "enable.idempotence": False,
-                      "message.timeout.ms": 10000})
+                      "message.timeout.ms": int(scaled(10_000))})
         p.produce(topic, b"x", on_delivery=lambda e, _m, seen=errors: seen.append(e))
-        p.flush(30)
+        p.flush(scaled(30))
         codes[name] = [0 if e is None else e.code() for e in errors]
     assert codes["headrace"] == codes["kafka"], codes
     assert codes["kafka"] in ([0], [KafkaError.TOPIC_AUTHORIZATION_FAILED])

@@ -801,7 +801,7 @@ class RawMember:
         dropped connection (reconnecting). Returns this member's assignment."""
         from tests.integration.rawclient import RawClient
 
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + scaled(timeout)
         while True:
             assert time.monotonic() < deadline, "could not join the group"
             try:

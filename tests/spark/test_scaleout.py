@@ -130,7 +130,7 @@ def test_tansu_high_watermark_counts_every_record_of_the_last_batch(tansu: str |
     assert producer.flush(scaled(10)) == 0
     consumer = Consumer({"bootstrap.servers": tansu, "group.id": "hwm"})
     try:
-        assert consumer.get_watermark_offsets(TopicPartition(topic_name, 0), timeout=10,
+        assert consumer.get_watermark_offsets(TopicPartition(topic_name, 0), timeout=scaled(10),
                                               cached=False) == (0, 10)
     finally:
         consumer.close()

@@ -28,7 +28,7 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[EmbeddedB
         done = subprocess.run([sys.executable, "-m", "headrace", "users", "add", "spark",
                                "-b", b.bootstrap_servers], capture_output=True, text=True,
                               env={**os.environ, "HEADRACE_USER_PASSWORD": "spark-secret"},
-                              timeout=60)
+                              timeout=scaled(60))
         assert done.returncode == 0, done.stderr
         yield b, pki
 
@@ -61,7 +61,7 @@ def test_read_and_exactly_once_write_over_sasl_ssl(
     c.assign([TopicPartition(f"{topic_name}-out", 0, 0)])
     got = []
     while True:
-        m = c.poll(10)
+        m = c.poll(scaled(10))
         assert m is not None
         if m.error() is not None:
             assert m.error().code() == KafkaError._PARTITION_EOF
@@ -109,7 +109,7 @@ def test_spark_kafka_connector_is_refused_without_an_acl(
             done = subprocess.run([sys.executable, "-m", "headrace", *args, "-b",
                                    b.bootstrap_servers], capture_output=True, text=True,
                                   env={**os.environ, "HEADRACE_USER_PASSWORD": "pw"},
-                                  timeout=60)
+                                  timeout=scaled(60))
             assert done.returncode == 0, done.stderr
         headrace("users", "add", "reader")
         for name in (f"{topic_name}-open", f"{topic_name}-closed"):

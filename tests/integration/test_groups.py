@@ -603,6 +603,13 @@ def test_assignor_covers_every_partition_once(
 # --- 6. static membership --------------------------------------------------------------------
 
 
+def static_session() -> dict[str, int]:
+    """Worker options of the restarted static members: the scaled session, and a
+    max.poll.interval (the rebalance timeout) as long (librdkafka wants it no shorter)."""
+    ms = int(scaled(STATIC_SESSION_MS))
+    return {"session_ms": ms, "rebalance_ms": max(ms, 10_000)}
+
+
 @pytest.mark.parametrize("clients", [
     ("confluent", "confluent", "confluent"),
     ("confluent", "kafka-python", "aiokafka"),
@@ -616,7 +623,7 @@ def test_a_restarted_static_member_gets_its_partitions_back_without_a_rebalance(
 
     def member(i: int, name: str) -> WorkerProcess:
         return spawn(clients[i], bootstrap, group, topic_name, name, instance_id=f"static-{i}",
-                     session_ms=int(scaled(STATIC_SESSION_MS)))
+                     **static_session())
 
     try:
         # static-0 first, so that it leads; the others are the ones restarted (the
@@ -668,7 +675,7 @@ def test_a_restarted_static_leader_gets_its_partitions_back_without_a_rebalance(
 
     def member(i: int, name: str) -> WorkerProcess:
         return spawn("confluent", bootstrap, group, topic_name, name, instance_id=f"static-{i}",
-                     session_ms=int(scaled(STATIC_SESSION_MS)))
+                     **static_session())
 
     leader = member(0, "s0")  # joins first, so it leads
     wait_until(leader.owned, 30, "the first member to get partitions", leader.log)

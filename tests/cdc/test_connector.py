@@ -403,7 +403,8 @@ def test_the_connector_over_sasl(postgres: PostgresServer, name: str, tmp_path: 
                                     "--listener", "SASL_PLAINTEXT://127.0.0.1:0"]) as b:
         added = subprocess.run([sys.executable, "-m", "headrace", "users", "add", "cdc", "-b",
                                 b.bootstrap_servers], capture_output=True, text=True,
-                               timeout=scaled(60), env={**os.environ, "HEADRACE_USER_PASSWORD": "pw"})
+                               timeout=scaled(60),
+                               env={**os.environ, "HEADRACE_USER_PASSWORD": "pw"})
         assert added.returncode == 0, added.stderr
         config = tmp_path / "client.properties"
         config.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"

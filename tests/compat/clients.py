@@ -310,7 +310,8 @@ KEY_DELIMITER = "\x1f"  # ASCII unit separator: never inside a test key or value
 def kcat(*args: str, stdin: bytes | None = None, timeout: float = TIMEOUT) -> bytes:
     """Run ``kcat`` with ``args``; return stdout, failing on a non-zero exit. Blocks."""
     proc = subprocess.run(
-        ["kcat", "-q", *args], input=stdin, capture_output=True, timeout=scaled(timeout), check=False
+        ["kcat", "-q", *args], input=stdin, capture_output=True, timeout=scaled(timeout),
+        check=False,
     )
     assert proc.returncode == 0, f"kcat {args} exited {proc.returncode}: {proc.stderr!r}"
     return proc.stdout

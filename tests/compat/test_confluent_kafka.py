@@ -187,7 +187,8 @@ def test_admin_topic_lifecycle(broker: EmbeddedBroker, admin: AdminClient, topic
     assert configs["cleanup.policy"].value == "delete"
     assert configs["cleanup.policy"].is_default
 
-    admin.create_partitions([NewPartitions(topic_name, 5)])[topic_name].result(timeout=scaled(TIMEOUT))
+    admin.create_partitions([NewPartitions(topic_name, 5)])[topic_name].result(
+        timeout=scaled(TIMEOUT))
     assert (
         kafka_error(admin.create_partitions([NewPartitions(topic_name, 3)])[topic_name]).code()
         == KafkaError.INVALID_PARTITIONS
@@ -296,7 +297,8 @@ def test_seek_to_an_offset(
     records = [Record(None, f"v{i}".encode(), (), 0) for i in range(10)]
     confluent_produce(broker.bootstrap_servers, topic_name, records)
 
-    consumer.list_topics(topic_name, timeout=scaled(TIMEOUT))  # leaders known: no offset-query backoff
+    # Leaders known: no offset-query backoff.
+    consumer.list_topics(topic_name, timeout=scaled(TIMEOUT))
     consumer.assign([TopicPartition(topic_name, 0, 7)])
     got = [consumer.poll(scaled(TIMEOUT)) for _ in range(3)]
     assert [(m.offset(), m.value()) for m in got if m is not None] == [
@@ -333,6 +335,7 @@ def test_null_keys_fail_alone_in_a_compacted_batch(any_broker: AnyBroker, topic_
             if code == KafkaError._INVALID_DIFFERENT_RECORD} == set(range(100)) - null_keys
     watcher = Consumer({"bootstrap.servers": bootstrap, "group.id": "headrace-compat-unused"})
     try:
-        assert watcher.get_watermark_offsets(TopicPartition(topic_name, 0), scaled(TIMEOUT)) == (0, 0)
+        assert watcher.get_watermark_offsets(TopicPartition(topic_name, 0),
+                                             scaled(TIMEOUT)) == (0, 0)
     finally:
         watcher.close()

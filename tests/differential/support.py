@@ -21,7 +21,8 @@ Row = tuple[int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...
 def create_topic(bootstrap: str, topic: str, partitions: int = 1,
                  configs: dict[str, str] | None = None) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 1, config=configs or {})])[topic].result(scaled(20))
+    admin.create_topics([NewTopic(topic, partitions, 1, config=configs or {})])[topic].result(
+        scaled(20))
     # Kafka's metadata reaches its own broker a moment after the controller answers, and
     # its partitions get a leader a moment after that (a produce earlier gets
     # NOT_LEADER_OR_FOLLOWER).

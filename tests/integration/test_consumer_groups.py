@@ -65,7 +65,8 @@ def test_join_consume_commit(kbroker: EmbeddedBroker, topic_name: str,
     assert sorted(a.records) == [(topic_name, p, o) for p in range(4) for o in range(5)]
     a.stop(close=False)
     a.consumer.commit(asynchronous=False)
-    committed = a.consumer.committed([TopicPartition(topic_name, p) for p in range(4)], timeout=scaled(10))
+    committed = a.consumer.committed([TopicPartition(topic_name, p) for p in range(4)],
+                                     timeout=scaled(10))
     assert [tp.offset for tp in committed] == [5, 5, 5, 5]
     a.consumer.close()
 
@@ -163,7 +164,8 @@ def test_regex_subscription_and_new_partitions(kbroker: EmbeddedBroker, topic_na
     create_topic(bs, f"{prefix}-z", 1)
     wait_until(lambda: (f"{prefix}-z", 0) in a.owned, 30, "a topic created later")
     admin = AdminClient({"bootstrap.servers": bs})
-    admin.create_partitions([NewPartitions(f"{prefix}-x", 3)])[f"{prefix}-x"].result(timeout=scaled(10))
+    admin.create_partitions([NewPartitions(f"{prefix}-x", 3)])[f"{prefix}-x"].result(
+        timeout=scaled(10))
     wait_until(lambda: {(f"{prefix}-x", p) for p in range(3)} <= a.owned, 30,
                "the added partitions")
 
@@ -207,17 +209,19 @@ def test_admin_describe_list_delete(kbroker: EmbeddedBroker, topic_name: str,
     assert member.client_id == "describe-me"
     assert sorted(tp.partition for tp in member.assignment.topic_partitions) == [0, 1]
 
-    listed = admin.list_consumer_groups(types={ConsumerGroupType.CONSUMER}).result(timeout=scaled(10))
+    listed = admin.list_consumer_groups(types={ConsumerGroupType.CONSUMER}).result(
+        timeout=scaled(10))
     assert group in {g.group_id for g in listed.valid}
-    classic = admin.list_consumer_groups(types={ConsumerGroupType.CLASSIC}).result(timeout=scaled(10))
+    classic = admin.list_consumer_groups(types={ConsumerGroupType.CLASSIC}).result(
+        timeout=scaled(10))
     assert group not in {g.group_id for g in classic.valid}
 
     with pytest.raises(KafkaException) as e:
         admin.delete_consumer_groups([group])[group].result(timeout=scaled(10))
     assert "NON_EMPTY_GROUP" in str(e.value)
     a.stop()
-    wait_until(lambda: admin.describe_consumer_groups([group])[group].result(timeout=scaled(10)).state
-               == ConsumerGroupState.EMPTY, 10, "the group to be empty")
+    wait_until(lambda: admin.describe_consumer_groups([group])[group].result(
+        timeout=scaled(10)).state == ConsumerGroupState.EMPTY, 10, "the group to be empty")
     admin.delete_consumer_groups([group])[group].result(timeout=scaled(10))
     listed = admin.list_consumer_groups().result(timeout=scaled(10))
     assert group not in {g.group_id for g in listed.valid}

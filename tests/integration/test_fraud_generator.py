@@ -34,7 +34,8 @@ def _read_all(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0
                          "enable.auto.commit": False})
     try:
         tps = [TopicPartition(topic, p, 0) for p in range(partitions)]
-        ends = {tp.partition: consumer.get_watermark_offsets(tp, timeout=scaled(10))[1] for tp in tps}
+        ends = {tp.partition: consumer.get_watermark_offsets(tp, timeout=scaled(10))[1]
+                for tp in tps}
         consumer.assign(tps)
         out: list[Rec] = []
         nexts = dict.fromkeys(ends, 0)

@@ -1115,7 +1115,8 @@ def test_admin_clients_list_describe_and_delete_groups_and_offsets(
         wait_until(lambda: describe_group(bootstrap, group).state == ConsumerGroupState.EMPTY,
                    10, "the group to be empty")
         admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(
-            group, [TopicPartition(topic, 0, 1), TopicPartition(other, 0, 0)])])[group].result(scaled(10))
+            group, [TopicPartition(topic, 0, 1), TopicPartition(other, 0, 0)])])[group].result(
+                scaled(10))
         assert committed_offsets(bootstrap, group) == {**ends, (topic, 0): 1, (other, 0): 0}
         assert kp.delete_group_offsets(group, [KpTopicPartition(topic, 1)]) == {
             KpTopicPartition(topic, 1): kafka_errors.NoError}

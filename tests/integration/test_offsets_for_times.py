@@ -51,7 +51,8 @@ def fast_broker() -> Iterator[EmbeddedBroker]:
 def write(bootstrap: str, topic: str, count: int, keys: int, seed: int) -> list[tuple[int, int]]:
     rng = random.Random(seed)
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, 1, 1, config={"segment.bytes": "4096"})])[topic].result(scaled(10))
+    admin.create_topics([NewTopic(topic, 1, 1, config={"segment.bytes": "4096"})])[topic].result(
+        scaled(10))
     stamps: list[tuple[int, int]] = []
     for chunk, codec in enumerate(("none", "gzip", "snappy", "lz4", "zstd")):
         producer = Producer({"bootstrap.servers": bootstrap, "compression.type": codec,

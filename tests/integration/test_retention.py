@@ -159,7 +159,8 @@ def test_delete_records(tmp_path: Path) -> None:
 
         def delete(offset: int, topic: str = "t") -> int:
             admin = AdminClient({"bootstrap.servers": bootstrap})
-            result = admin.delete_records([TopicPartition(topic, 0, offset)], request_timeout=scaled(10))
+            result = admin.delete_records([TopicPartition(topic, 0, offset)],
+                                          request_timeout=scaled(10))
             return int(next(iter(result.values())).result(scaled(10)).low_watermark)
 
         assert delete(7) == 7

@@ -120,7 +120,8 @@ def test_users_are_managed_through_the_admin_api(sasl_broker: EmbeddedBroker) ->
         in listed.stdout, listed.stderr
     assert users(sasl_broker, "add", "carol", "--mechanism", "SCRAM-SHA-256",
                  password="c-pass").returncode == 0
-    AdminClient(sasl(sasl_broker, "SCRAM-SHA-256", "carol", "c-pass")).list_topics(timeout=scaled(10))
+    AdminClient(sasl(sasl_broker, "SCRAM-SHA-256", "carol", "c-pass")).list_topics(
+        timeout=scaled(10))
     AdminClient(sasl(sasl_broker, "PLAIN", "carol", "c-pass")).list_topics(timeout=scaled(10))
     deleted = users(sasl_broker, "delete", "carol")
     assert deleted.returncode == 0 and "deleted carol (SCRAM-SHA-256)" in deleted.stdout

@@ -72,7 +72,8 @@ def create(broker: EmbeddedBroker, topic: str, **configs: str) -> None:
 def describe(broker: EmbeddedBroker, topic: str) -> dict[str, ConfigEntry]:
     client = admin(broker)
     resource = ConfigResource(ResourceType.TOPIC, topic)
-    result: dict[str, ConfigEntry] = client.describe_configs([resource])[resource].result(scaled(10))
+    result: dict[str, ConfigEntry] = client.describe_configs([resource])[resource].result(
+        scaled(10))
     return result
 
 

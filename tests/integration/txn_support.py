@@ -210,7 +210,8 @@ def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
                          "enable.auto.commit": False, "isolation.level": "read_uncommitted"})
     try:
-        found = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], scaled(10))
+        found = consumer.committed([TopicPartition(topic, p) for p in range(partitions)],
+                                   scaled(10))
         return [tp.offset for tp in found]
     finally:
         consumer.close()

@@ -59,7 +59,8 @@ def test_progress_of_a_windowed_query_is_exported(spark: SparkSession, broker: E
                  .outputMode("append").option("checkpointLocation", str(tmp_path / "cp"))
                  .trigger(availableNow=True).start())
         query.awaitTermination(scaled(120))
-        deadline = time.monotonic() + scaled(30)  # progress events reach the listener asynchronously
+        # Progress events reach the listener asynchronously.
+        deadline = time.monotonic() + scaled(30)
         while time.monotonic() < deadline:
             s = scrape(url)
             if s.get(("headrace_pipeline_input_rows_total", "metered-counts")) == 205 and \

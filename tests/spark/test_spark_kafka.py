@@ -373,7 +373,8 @@ def test_session_without_the_jars_has_format_headrace_only(broker: EmbeddedBroke
     env = dict(os.environ, HEADRACE_JVM_LIB=str(tmp_path / "empty"),
                PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
     done = subprocess.run([sys.executable, "-c", WITHOUT_JARS, broker.bootstrap_servers,
-                           topic_name], capture_output=True, text=True, env=env, timeout=scaled(180))
+                           topic_name], capture_output=True, text=True, env=env,
+                          timeout=scaled(180))
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.splitlines() == ["connector False", "rows 5",
                                         "kafka format fails AnalysisException"], done.stdout

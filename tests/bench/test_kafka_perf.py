@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from headrace import jvm
+from headrace.testing import scaled
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
@@ -62,7 +63,7 @@ def test_quick_run_against_headrace_prints_numbers(tmp_path: Path) -> None:
     env = dict(os.environ)
     proc = subprocess.run(
         [sys.executable, str(BENCH / "kafka_perf.py"), "--quick", "--brokers", "headrace"],
-        capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
+        capture_output=True, text=True, timeout=scaled(180), env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = [ln for ln in proc.stdout.splitlines() if ln.startswith("| 100 B")]
     assert len(rows) == 2  # one produce row, one consume row

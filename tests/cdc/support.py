@@ -13,7 +13,7 @@ from typing import Any
 import psycopg2
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from headrace.testing import _ServerProcess
+from headrace.testing import _ServerProcess, scaled
 
 READY = "headrace cdc streaming "
 
@@ -28,7 +28,7 @@ class ConnectorProcess(_ServerProcess):
         self.args = ["--dsn", dsn, "--tables", tables, "--bootstrap-servers", bootstrap,
                      "--topic-prefix", name, "--slot", name, "--publication", name,
                      "--heartbeat-seconds", "0.5", *extra]
-        self.start_timeout = 60.0
+        self.start_timeout = 60.0  # scaled by _wait_ready
         self.process: subprocess.Popen[str] | None = None
         self.output: deque[str] = deque(maxlen=500)
 
@@ -55,7 +55,7 @@ def read_topic(bootstrap: str, topic: str) -> list[tuple[dict[str, Any], dict[st
     out: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
     try:
         while True:
-            msg = consumer.poll(10)
+            msg = consumer.poll(scaled(10))
             assert msg is not None, f"no end of {topic}"
             err = msg.error()
             if err is not None:

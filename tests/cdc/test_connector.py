@@ -14,12 +14,12 @@ from typing import Any
 import psycopg2
 import pytest
 
-from headrace.testing import EmbeddedBroker, PostgresServer
+from headrace.testing import EmbeddedBroker, PostgresServer, scaled
 from tests.cdc.support import ConnectorProcess, execute, query, read_topic
 
 
 def _wait_for(predicate: Any, timeout: float = 30.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while True:
         found = predicate()
         if found:
@@ -129,15 +129,24 @@ def test_the_snapshot_and_the_stream_meet_without_gap_or_double(
     try:
         time.sleep(0.3)
         with ConnectorProcess(postgres.dsn, table, broker.bootstrap_servers, name):
-            time.sleep(2)
+            # Writes go on while the connector streams: a count, not a time (a slow
+            # machine writes fewer per second).
+            streaming_from = writer.transactions
+            _wait_for(lambda: writer.transactions >= streaming_from + 50, 60,
+                      "50 transactions while the connector streams")
             writer.stop.set()
             writer.join()
-            time.sleep(1.5)
+            final = dict(query(postgres.dsn, f"SELECT id, v FROM {table}"))
+
+            def caught_up() -> list[Any] | None:
+                events = read_topic(broker.bootstrap_servers, f"{name}.{table}")
+                last = {k: v[-1] for k, v in _versions(events).items()}
+                return events if last == final else None
+
+            events = _wait_for(caught_up, 60, "the connector to catch up")
     finally:
         writer.stop.set()
-    assert writer.transactions > 20
-    _check_every_version_once(postgres.dsn, table,
-                              read_topic(broker.bootstrap_servers, f"{name}.{table}"))
+    _check_every_version_once(postgres.dsn, table, events)
 
 
 @pytest.mark.slow
@@ -254,7 +263,7 @@ def test_status_shows_the_slot_and_the_log(postgres: PostgresServer, broker: Emb
         done = subprocess.run([sys.executable, "-m", "headrace", "cdc", "status", "--dsn",
                                postgres.dsn, "--slot", name, "--bootstrap-servers",
                                broker.bootstrap_servers], capture_output=True, text=True,
-                              timeout=60, check=False)
+                              timeout=scaled(60), check=False)
     assert done.returncode == 0, done.stderr
     assert f"slot {name}: confirmed " in done.stdout and "WAL retained" in done.stdout
     assert "snapshot done" in done.stdout and "since the last write" in done.stdout
@@ -262,7 +271,7 @@ def test_status_shows_the_slot_and_the_log(postgres: PostgresServer, broker: Emb
     gone = subprocess.run([sys.executable, "-m", "headrace", "cdc", "status", "--dsn",
                            postgres.dsn, "--slot", "nosuchslot", "--bootstrap-servers",
                            broker.bootstrap_servers], capture_output=True, text=True,
-                          timeout=60, check=False)
+                          timeout=scaled(60), check=False)
     assert gone.returncode == 1 and "none" in gone.stdout
 
 
@@ -374,7 +383,7 @@ def _raw(bootstrap: str, topic: str) -> list[tuple[bytes, bytes | None]]:
     out: list[tuple[bytes, bytes | None]] = []
     try:
         while True:
-            msg = consumer.poll(10)
+            msg = consumer.poll(scaled(10))
             if msg is None:
                 return out
             err = msg.error()
@@ -394,7 +403,8 @@ def test_the_connector_over_sasl(postgres: PostgresServer, name: str, tmp_path: 
                                     "--listener", "SASL_PLAINTEXT://127.0.0.1:0"]) as b:
         added = subprocess.run([sys.executable, "-m", "headrace", "users", "add", "cdc", "-b",
                                 b.bootstrap_servers], capture_output=True, text=True,
-                               timeout=60, env={**os.environ, "HEADRACE_USER_PASSWORD": "pw"})
+                               timeout=scaled(60),
+                               env={**os.environ, "HEADRACE_USER_PASSWORD": "pw"})
         assert added.returncode == 0, added.stderr
         config = tmp_path / "client.properties"
         config.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"

@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from headrace import jvm
-from headrace.testing import EmbeddedBroker, PostgresServer
+from headrace.testing import EmbeddedBroker, PostgresServer, scaled
 from tests.cdc.support import ConnectorProcess, execute, read_topic
 
 TYPES = ("id int PRIMARY KEY, name text, amount numeric(10,2), at timestamptz, ts timestamp, "
@@ -51,7 +51,7 @@ class Debezium:
         assert self.process.stdin is not None and self.process.stderr is not None
         self.process.stdin.close()
         try:
-            self.process.wait(30)
+            self.process.wait(scaled(30))
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
@@ -59,7 +59,7 @@ class Debezium:
 
 
 def _wait(predicate: Any, what: str, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.3)

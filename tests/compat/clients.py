@@ -26,9 +26,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
 
+from headrace.testing import scaled
 from tests.compat.records import CLIENT_MAX_BYTES, Consumed, Delivered, Header, Record
 
-TIMEOUT = 30.0
+TIMEOUT = 30.0  # before scaled(): each adapter scales its ``timeout`` where it waits
 LINGER_MS = 20  # so each partition's records leave in one batch (and compress together)
 
 
@@ -44,9 +45,9 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     """Create ``topic`` with confluent-kafka's AdminClient (for tools that cannot)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.create_topics(
-        [NewTopic(topic, partitions, 1)], operation_timeout=TIMEOUT
+        [NewTopic(topic, partitions, 1)], operation_timeout=scaled(TIMEOUT)
     ).values():
-        future.result(timeout=TIMEOUT)
+        future.result(timeout=scaled(TIMEOUT))
 
 
 # --- confluent-kafka (librdkafka) -------------------------------------------------------
@@ -94,7 +95,7 @@ def confluent_produce(
             on_delivery=on_delivery(i),
             **kwargs,
         )
-    assert producer.flush(timeout) == 0, "confluent producer did not flush in time"
+    assert producer.flush(scaled(timeout)) == 0, "confluent producer did not flush in time"
     assert not errors, errors
     delivered = [d for d in results if d is not None]
     assert len(delivered) == len(records), "a delivery report is missing"
@@ -118,11 +119,11 @@ def confluent_consume(
     wanted = set(partitions)
     # Known leaders before assign() let librdkafka query the start offset at once instead
     # of on its 500 ms offset-query retry timer.
-    consumer.list_topics(topic, timeout=timeout)
+    consumer.list_topics(topic, timeout=scaled(timeout))
     consumer.assign([CkTopicPartition(topic, p, OFFSET_BEGINNING) for p in wanted])
     out: list[Consumed] = []
     at_end: set[int] = set()
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     try:
         while at_end != wanted:
             assert time.monotonic() < deadline, f"confluent consumer: only {at_end} reached the end"
@@ -181,10 +182,10 @@ def kafka_python_produce(
             )
             for r in records
         ]
-        producer.flush(timeout)
-        metadata = [f.get(timeout) for f in futures]
+        producer.flush(scaled(timeout))
+        metadata = [f.get(scaled(timeout)) for f in futures]
     finally:
-        producer.close(timeout)
+        producer.close(scaled(timeout))
     return [Delivered(m.partition, m.offset) for m in metadata]
 
 
@@ -196,7 +197,7 @@ def kafka_python_consume(
     )
     tps = [KpTopicPartition(topic, p) for p in partitions]
     out: list[Consumed] = []
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     try:
         consumer.assign(tps)
         consumer.seek_to_beginning(*tps)
@@ -231,7 +232,7 @@ async def aiokafka_produce_async(
         linger_ms=LINGER_MS,
         max_request_size=CLIENT_MAX_BYTES,
         acks="all",
-        request_timeout_ms=int(timeout * 1000),
+        request_timeout_ms=int(scaled(timeout) * 1000),
     )
     await producer.start()
     try:
@@ -246,7 +247,7 @@ async def aiokafka_produce_async(
             )
             for r in records
         ]
-        metadata = await asyncio.wait_for(asyncio.gather(*futures), timeout)
+        metadata = await asyncio.wait_for(asyncio.gather(*futures), scaled(timeout))
     finally:
         await producer.stop()
     return [Delivered(m.partition, m.offset) for m in metadata]
@@ -279,7 +280,7 @@ async def aiokafka_consume_async(
                         for m in batch
                     )
 
-        await asyncio.wait_for(drain(), timeout)
+        await asyncio.wait_for(drain(), scaled(timeout))
     finally:
         await consumer.stop()
     return out
@@ -309,7 +310,8 @@ KEY_DELIMITER = "\x1f"  # ASCII unit separator: never inside a test key or value
 def kcat(*args: str, stdin: bytes | None = None, timeout: float = TIMEOUT) -> bytes:
     """Run ``kcat`` with ``args``; return stdout, failing on a non-zero exit. Blocks."""
     proc = subprocess.run(
-        ["kcat", "-q", *args], input=stdin, capture_output=True, timeout=timeout, check=False
+        ["kcat", "-q", *args], input=stdin, capture_output=True, timeout=scaled(timeout),
+        check=False,
     )
     assert proc.returncode == 0, f"kcat {args} exited {proc.returncode}: {proc.stderr!r}"
     return proc.stdout

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from headrace import jvm
+from headrace.testing import scaled
 
 DRIVER = "io.headrace.clients.Main"
 BUILT_AGAINST = "4.4.0"  # jvm/pom.xml kafka.clients.version
@@ -72,4 +73,4 @@ class JavaClient:
             "--topic",
             topic,
         ]
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=JVM_TIMEOUT)
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=scaled(JVM_TIMEOUT))

@@ -19,7 +19,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import InvalidPartitionsError
 
-from headrace.testing import EmbeddedBroker
+from headrace.testing import EmbeddedBroker, scaled
 from tests.compat.clients import (
     TIMEOUT,
     aiokafka_consume_async,
@@ -44,7 +44,7 @@ TOPIC_ALREADY_EXISTS, UNKNOWN_TOPIC_OR_PARTITION, INVALID_REPLICATION_FACTOR = 3
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
-    return asyncio.run(asyncio.wait_for(coro, 2 * TIMEOUT))
+    return asyncio.run(asyncio.wait_for(coro, 2 * scaled(TIMEOUT)))
 
 
 async def started_admin(bootstrap: str) -> AIOKafkaAdminClient:

@@ -27,7 +27,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from headrace.testing import EmbeddedBroker
+from headrace.testing import EmbeddedBroker, scaled
 from tests.compat.clients import TIMEOUT, confluent_consume, confluent_produce
 from tests.compat.records import (
     BASE_TIMESTAMP_MS,
@@ -68,14 +68,14 @@ def consumer(broker: EmbeddedBroker) -> Iterator[Consumer]:
 
 def create(admin: AdminClient, topic: str, partitions: int, **config: str) -> None:
     futures = admin.create_topics(
-        [NewTopic(topic, partitions, 1, config=config)], operation_timeout=TIMEOUT
+        [NewTopic(topic, partitions, 1, config=config)], operation_timeout=scaled(TIMEOUT)
     )
-    futures[topic].result(timeout=TIMEOUT)
+    futures[topic].result(timeout=scaled(TIMEOUT))
 
 
 def kafka_error(future: object) -> KafkaError:
     with pytest.raises(KafkaException) as info:
-        future.result(timeout=TIMEOUT)  # type: ignore[attr-defined]
+        future.result(timeout=scaled(TIMEOUT))  # type: ignore[attr-defined]
     error: KafkaError = info.value.args[0]
     return error
 
@@ -85,7 +85,7 @@ def produce_one_batch_each(bootstrap: str, topic: str, timestamps: list[int]) ->
     producer = Producer({"bootstrap.servers": bootstrap})
     for i, ts in enumerate(timestamps):
         producer.produce(topic, value=f"v{i}".encode(), partition=0, timestamp=ts)
-        assert producer.flush(TIMEOUT) == 0
+        assert producer.flush(scaled(TIMEOUT)) == 0
 
 
 @pytest.mark.parametrize("codec", CODECS)
@@ -159,7 +159,7 @@ def test_idempotent_producer(broker: EmbeddedBroker, admin: AdminClient, topic_n
     )
     for r in records:
         producer.produce(topic_name, key=r.key, value=r.value, headers=list(r.headers))
-    assert producer.flush(TIMEOUT) == 0
+    assert producer.flush(scaled(TIMEOUT)) == 0
 
     consumed = confluent_consume(broker.bootstrap_servers, topic_name, range(3))
     assert_read_back(records, consumed)
@@ -187,7 +187,8 @@ def test_admin_topic_lifecycle(broker: EmbeddedBroker, admin: AdminClient, topic
     assert configs["cleanup.policy"].value == "delete"
     assert configs["cleanup.policy"].is_default
 
-    admin.create_partitions([NewPartitions(topic_name, 5)])[topic_name].result(timeout=TIMEOUT)
+    admin.create_partitions([NewPartitions(topic_name, 5)])[topic_name].result(
+        timeout=scaled(TIMEOUT))
     assert (
         kafka_error(admin.create_partitions([NewPartitions(topic_name, 3)])[topic_name]).code()
         == KafkaError.INVALID_PARTITIONS
@@ -200,8 +201,8 @@ def test_admin_topic_lifecycle(broker: EmbeddedBroker, admin: AdminClient, topic
         records, confluent_consume(broker.bootstrap_servers, topic_name, [4]), delivered
     )
 
-    admin.delete_topics([topic_name], operation_timeout=TIMEOUT)[topic_name].result()
-    assert topic_name not in admin.list_topics(timeout=TIMEOUT).topics
+    admin.delete_topics([topic_name], operation_timeout=scaled(TIMEOUT))[topic_name].result()
+    assert topic_name not in admin.list_topics(timeout=scaled(TIMEOUT)).topics
     assert (
         kafka_error(admin.delete_topics([topic_name])[topic_name]).code()
         == KafkaError.UNKNOWN_TOPIC_OR_PART
@@ -225,7 +226,7 @@ def test_admin_describe_broker_configs_and_cluster(
     assert configs["log.dirs"].is_read_only
     assert configs["advertised.listeners"].value == f"PLAINTEXT://{broker.bootstrap_servers}"
 
-    cluster = admin.describe_cluster().result(timeout=TIMEOUT)
+    cluster = admin.describe_cluster().result(timeout=scaled(TIMEOUT))
     assert cluster.controller.id == 0
     assert [(n.id, f"{n.host}:{n.port}") for n in cluster.nodes] == [(0, broker.bootstrap_servers)]
 
@@ -239,7 +240,7 @@ def test_list_offsets_and_offsets_for_times(
     tp0, tp1 = TopicPartition(topic_name, 0), TopicPartition(topic_name, 1)
 
     def offset(spec: OffsetSpec, tp: TopicPartition = tp0) -> tuple[int, int]:
-        result = admin.list_offsets({tp: spec})[tp].result(timeout=TIMEOUT)
+        result = admin.list_offsets({tp: spec})[tp].result(timeout=scaled(TIMEOUT))
         return result.offset, result.timestamp
 
     assert offset(OffsetSpec.earliest())[0] == 0
@@ -251,13 +252,13 @@ def test_list_offsets_and_offsets_for_times(
     assert offset(OffsetSpec.for_timestamp(stamps[-1] + 1))[0] == -1
     assert offset(OffsetSpec.max_timestamp()) == (4, stamps[4])
 
-    assert consumer.get_watermark_offsets(tp0, timeout=TIMEOUT) == (0, 5)
+    assert consumer.get_watermark_offsets(tp0, timeout=scaled(TIMEOUT)) == (0, 5)
     (found,) = consumer.offsets_for_times(
-        [TopicPartition(topic_name, 0, stamps[3] - 500)], timeout=TIMEOUT
+        [TopicPartition(topic_name, 0, stamps[3] - 500)], timeout=scaled(TIMEOUT)
     )
     assert found.offset == 3
     consumer.assign([found])  # seek by time, then read from there
-    msg = consumer.poll(TIMEOUT)
+    msg = consumer.poll(scaled(TIMEOUT))
     assert msg is not None and msg.error() is None
     assert (msg.offset(), msg.value(), msg.timestamp()[1]) == (3, b"v3", stamps[3])
 
@@ -296,16 +297,17 @@ def test_seek_to_an_offset(
     records = [Record(None, f"v{i}".encode(), (), 0) for i in range(10)]
     confluent_produce(broker.bootstrap_servers, topic_name, records)
 
-    consumer.list_topics(topic_name, timeout=TIMEOUT)  # leaders known: no offset-query backoff
+    # Leaders known: no offset-query backoff.
+    consumer.list_topics(topic_name, timeout=scaled(TIMEOUT))
     consumer.assign([TopicPartition(topic_name, 0, 7)])
-    got = [consumer.poll(TIMEOUT) for _ in range(3)]
+    got = [consumer.poll(scaled(TIMEOUT)) for _ in range(3)]
     assert [(m.offset(), m.value()) for m in got if m is not None] == [
         (7, b"v7"),
         (8, b"v8"),
         (9, b"v9"),
     ]
     consumer.seek(TopicPartition(topic_name, 0, OFFSET_BEGINNING))
-    first = consumer.poll(TIMEOUT)
+    first = consumer.poll(scaled(TIMEOUT))
     assert first is not None and (first.offset(), first.value()) == (0, b"v0")
 
 
@@ -320,18 +322,20 @@ def test_null_keys_fail_alone_in_a_compacted_batch(any_broker: AnyBroker, topic_
     null_keys = {i * 10 + 7 for i in range(10)}
     reports: dict[int, int] = {}
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 10000,
-                         "batch.num.messages": 100, "message.timeout.ms": 30000})
+                         "batch.num.messages": 100,
+                         "message.timeout.ms": int(scaled(30000))})
     for i in range(100):
         producer.produce(topic_name, value=b"%d" % i, partition=0,
                          key=None if i in null_keys else b"k%d" % i,
                          on_delivery=lambda err, msg, i=i: reports.__setitem__(
                              i, err.code() if err is not None else 0))
-    assert producer.flush(TIMEOUT) == 0
+    assert producer.flush(scaled(TIMEOUT)) == 0
     assert {i for i, code in reports.items() if code == KafkaError.INVALID_RECORD} == null_keys
     assert {i for i, code in reports.items()
             if code == KafkaError._INVALID_DIFFERENT_RECORD} == set(range(100)) - null_keys
     watcher = Consumer({"bootstrap.servers": bootstrap, "group.id": "headrace-compat-unused"})
     try:
-        assert watcher.get_watermark_offsets(TopicPartition(topic_name, 0), TIMEOUT) == (0, 0)
+        assert watcher.get_watermark_offsets(TopicPartition(topic_name, 0),
+                                             scaled(TIMEOUT)) == (0, 0)
     finally:
         watcher.close()

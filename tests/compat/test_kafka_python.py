@@ -19,7 +19,7 @@ from kafka.errors import (
     UnknownTopicOrPartitionError,
 )
 
-from headrace.testing import EmbeddedBroker
+from headrace.testing import EmbeddedBroker, scaled
 from tests.compat.clients import TIMEOUT, kafka_python_consume, kafka_python_produce
 from tests.compat.records import (
     BASE_TIMESTAMP_MS,
@@ -112,7 +112,7 @@ def test_client_refuses_null_header_values(broker: EmbeddedBroker) -> None:
         with pytest.raises(TypeError):
             producer.send("never-created", value=b"v", headers=[("h", None)])
     finally:
-        producer.close(TIMEOUT)
+        producer.close(scaled(TIMEOUT))
 
 
 def test_admin_topic_lifecycle(
@@ -198,10 +198,10 @@ def test_list_offsets_and_offsets_for_times(
     try:
         for i, ts in enumerate(stamps):  # one batch per record: .get() before the next
             producer.send(topic_name, value=f"v{i}".encode(), partition=0, timestamp_ms=ts).get(
-                TIMEOUT
+                scaled(TIMEOUT)
             )
     finally:
-        producer.close(TIMEOUT)
+        producer.close(scaled(TIMEOUT))
     tp0, tp1 = TopicPartition(topic_name, 0), TopicPartition(topic_name, 1)
 
     def listed(spec: int, tp: TopicPartition = tp0) -> tuple[int, int]:
@@ -224,5 +224,5 @@ def test_list_offsets_and_offsets_for_times(
 
     consumer.assign([tp0])
     consumer.seek(tp0, found[tp0].offset)  # seek by time, then read from there
-    batch = consumer.poll(timeout_ms=int(TIMEOUT * 1000), max_records=1)[tp0]
+    batch = consumer.poll(timeout_ms=int(scaled(TIMEOUT) * 1000), max_records=1)[tp0]
     assert [(m.offset, m.value, m.timestamp) for m in batch] == [(3, b"v3", stamps[3])]

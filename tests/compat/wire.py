@@ -16,6 +16,8 @@ from typing import Any
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.record.memory_records import MemoryRecords
 
+from headrace.testing import scaled
+
 FETCH_VERSION = 4  # non-flexible, v2 record batches, max_bytes honoured
 
 
@@ -52,13 +54,13 @@ def round_trip(
 
 
 def stored_batches(
-    bootstrap: str, topic: str, partition: int, timeout: float = 10.0
+    bootstrap: str, topic: str, partition: int, timeout: float = 30.0
 ) -> list[StoredBatch]:
     """Every batch of ``topic``/``partition`` from offset 0 to the high watermark."""
     host, port = bootstrap.rsplit(":", 1)
     batches: list[StoredBatch] = []
     offset, high_watermark, correlation_id = 0, None, 0
-    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+    with socket.create_connection((host, int(port)), timeout=scaled(timeout)) as sock:
         while high_watermark is None or offset < high_watermark:
             correlation_id += 1
             request = FetchRequest(

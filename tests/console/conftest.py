@@ -11,7 +11,7 @@ from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 
-from headrace.testing import ConsoleProcess, EmbeddedBroker
+from headrace.testing import ConsoleProcess, EmbeddedBroker, scaled
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def browser() -> Iterator[webdriver.Chrome]:
                  "--disable-dev-shm-usage", "--window-size=1280,1000"):
         options.add_argument(flag)
     chrome = webdriver.Chrome(service=Service(driver), options=options)
-    chrome.set_page_load_timeout(60)
-    chrome.implicitly_wait(10)  # find_element waits for what the next page brings
+    chrome.set_page_load_timeout(scaled(60))
+    chrome.implicitly_wait(scaled(10))  # find_element waits for what the next page brings
     yield chrome
     chrome.quit()

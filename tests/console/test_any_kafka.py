@@ -8,11 +8,11 @@ import uuid
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from headrace.testing import ApacheKafka, ConsoleProcess
+from headrace.testing import ApacheKafka, ConsoleProcess, scaled
 
 
 def get(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=60) as r:
+    with urllib.request.urlopen(url, timeout=scaled(60)) as r:
         return str(r.read().decode())
 
 
@@ -20,12 +20,12 @@ def test_pages_against_apache_kafka(apache_kafka: ApacheKafka) -> None:
     bootstrap = apache_kafka.bootstrap_servers
     topic, group = f"orders-{uuid.uuid4().hex[:6]}", f"billing-{uuid.uuid4().hex[:6]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
+    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(scaled(30))
     p = Producer({"bootstrap.servers": bootstrap})
     for i in range(40):
         p.produce(topic, key=f"order-{i}".encode(), value=b'{"n": %d}' % i, partition=i % 2,
                   headers=[("trace", f"t-{i}".encode())])
-    p.flush(30)
+    p.flush(scaled(30))
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
     c.commit(offsets=[TopicPartition(topic, 0, 5), TopicPartition(topic, 1, 20)],
              asynchronous=False)

@@ -15,7 +15,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.ui import WebDriverWait
 
-from headrace.testing import EmbeddedBroker
+from headrace.testing import EmbeddedBroker, scaled
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,7 @@ def orders(broker: EmbeddedBroker) -> str:
     """A topic of 100 JSON orders with a trace header, and a group 40 records in."""
     topic = f"orders-{uuid.uuid4().hex[:6]}"
     admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
-    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(10)
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(scaled(10))
     p = Producer({"bootstrap.servers": broker.bootstrap_servers})
     for i in range(100):
         p.produce(topic, key=f"order-{i}".encode(), value=f'{{"n": {i}}}'.encode(),
@@ -43,7 +43,7 @@ def commit(broker: EmbeddedBroker, group: str, topic: str, offset: int) -> None:
 def committed(broker: EmbeddedBroker, group: str, topic: str) -> int:
     c = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": group})
     try:
-        return int(c.committed([TopicPartition(topic, 0)], timeout=10)[0].offset)
+        return int(c.committed([TopicPartition(topic, 0)], timeout=scaled(10))[0].offset)
     finally:
         c.close()
 
@@ -62,7 +62,7 @@ def test_topics_and_the_message_browser_find_a_record_by_header(
     browser.get(f"{console}/topics/{orders}/messages")
     browser.find_element(By.NAME, "header").send_keys("trace=t-77")
     browser.find_element(By.CSS_SELECTOR, "#search button").click()
-    WebDriverWait(browser, 20).until(lambda b: "trace" in b.current_url)
+    WebDriverWait(browser, scaled(20)).until(lambda b: "trace" in b.current_url)
     rows = browser.find_elements(By.CSS_SELECTOR, "#messages tr.message")
     assert len(rows) == 1
     cells = [c.text for c in rows[0].find_elements(By.TAG_NAME, "td")]
@@ -89,7 +89,7 @@ def test_group_lag_plot_and_offset_reset_with_a_dry_run(
     lag_row = browser.find_elements(By.CSS_SELECTOR, "#lag tr")[1].text
     assert "40 100 60" in lag_row and " s " in lag_row + " "  # lag in time too
     # The plot fills as the console samples (every 0.5 s here).
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + scaled(20)
     while not browser.find_elements(By.CSS_SELECTOR, "#lag-plot polyline"):
         assert time.monotonic() < deadline, "no lag plot"
         time.sleep(0.5)
@@ -106,7 +106,7 @@ def test_group_lag_plot_and_offset_reset_with_a_dry_run(
     assert "Dry run" in plan and "40 90" in plan
     assert committed(broker, group, orders) == 40  # a dry run changes nothing
     browser.find_element(By.ID, "confirm").click()
-    WebDriverWait(browser, 20).until(lambda b: b.find_elements(By.ID, "done"))
+    WebDriverWait(browser, scaled(20)).until(lambda b: b.find_elements(By.ID, "done"))
     assert committed(broker, group, orders) == 90
     assert "total lag 10 records" in browser.page_source
 
@@ -128,10 +128,10 @@ def active_group(broker: EmbeddedBroker, orders: str) -> Iterator[str]:
 
     t = threading.Thread(target=run, daemon=True)
     t.start()
-    assert joined.wait(30)
+    assert joined.wait(scaled(30))
     yield group
     stop.set()
-    t.join(10)
+    t.join(scaled(10))
 
 
 def test_resetting_an_active_group_is_refused(browser: webdriver.Chrome, console: str,
@@ -147,10 +147,10 @@ def test_resetting_an_active_group_is_refused(browser: webdriver.Chrome, console
 def test_live_tail_shows_new_records(browser: webdriver.Chrome, console: str, orders: str,
                                      broker: EmbeddedBroker) -> None:
     browser.get(f"{console}/topics/{orders}/tail")
-    time.sleep(1.5)  # the stream positions at the end first
+    time.sleep(scaled(1.5))  # the stream positions at the end first (the machine's pace)
     p = Producer({"bootstrap.servers": broker.bootstrap_servers})
     p.produce(orders, key=b"fresh", value=b'{"n": 1000}')
     p.flush()
-    WebDriverWait(browser, 20).until(
+    WebDriverWait(browser, scaled(20)).until(
         lambda b: "fresh" in b.find_element(By.ID, "tail").text)
     assert "1 new records" in text(browser, "#status")

@@ -11,14 +11,14 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from headrace.testing import ConsoleProcess, EmbeddedBroker, SchemaRegistryProcess
+from headrace.testing import ConsoleProcess, EmbeddedBroker, SchemaRegistryProcess, scaled
 
 SCHEMA = ('{"type": "record", "name": "Payment", "fields": [{"name": "card", "type": "string"},'
           ' {"name": "cents", "type": "long"}]}')
 
 
 def get(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=30) as r:
+    with urllib.request.urlopen(url, timeout=scaled(30)) as r:
         return str(r.read().decode())
 
 

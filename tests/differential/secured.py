@@ -27,7 +27,7 @@ from confluent_kafka.admin import (
 )
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
-from headrace.testing import ApacheKafka, EmbeddedBroker, _free_port
+from headrace.testing import ApacheKafka, EmbeddedBroker, _free_port, scaled
 from tests.differential.conftest import KAFKA_CONFIGS
 from tests.integration.rawclient import RawClient
 
@@ -76,14 +76,14 @@ def acls() -> list[AclBinding]:
 def prepare(s: Secured) -> None:
     admin = AdminClient({"bootstrap.servers": s.operator})
     for f in admin.create_topics([NewTopic(PAY, 1, 1), NewTopic(SECRET, 1, 1)]).values():
-        f.result(30)
+        f.result(scaled(30))
     for f in admin.create_acls(acls()).values():
-        f.result(30)
+        f.result(scaled(30))
     p = Producer({"bootstrap.servers": s.operator})
     p.produce(PAY, b"seed")
     p.produce(SECRET, b"seed")
-    assert p.flush(30) == 0
-    time.sleep(1)  # Kafka applies new ACLs through its metadata log
+    assert p.flush(scaled(30)) == 0
+    time.sleep(scaled(2))  # Kafka applies new ACLs through its metadata log (its pace)
 
 
 @contextmanager
@@ -121,7 +121,7 @@ def headrace_secured() -> Iterator[Secured]:
                 UserScramCredentialUpsertion(u, ScramCredentialInfo(m, 4096), p.encode())
                 for u, p in USERS.items()
                 for m in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512)]).values():
-            f.result(30)
+            f.result(scaled(30))
         s = Secured(b.bootstrap_servers, b.listeners["SASL_PLAINTEXT"])
         prepare(s)
         yield s

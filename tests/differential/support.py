@@ -10,6 +10,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from headrace.testing import scaled
 from tests.integration.txn_support import wait_for
 
 __all__ = ["Row", "create_topic", "read_partition", "wait_for", "watermarks"]
@@ -20,12 +21,13 @@ Row = tuple[int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...
 def create_topic(bootstrap: str, topic: str, partitions: int = 1,
                  configs: dict[str, str] | None = None) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 1, config=configs or {})])[topic].result(20)
+    admin.create_topics([NewTopic(topic, partitions, 1, config=configs or {})])[topic].result(
+        scaled(20))
     # Kafka's metadata reaches its own broker a moment after the controller answers, and
     # its partitions get a leader a moment after that (a produce earlier gets
     # NOT_LEADER_OR_FOLLOWER).
     def ready() -> bool:
-        found = admin.list_topics(topic, 5).topics.get(topic)
+        found = admin.list_topics(topic, scaled(5)).topics.get(topic)
         return (found is not None and found.error is None
                 and len(found.partitions) == partitions
                 and all(p.error is None and p.leader >= 0 for p in found.partitions.values()))
@@ -37,7 +39,7 @@ def watermarks(bootstrap: str, topic: str, partition: int = 0,
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "diff-watermarks",
                   "isolation.level": isolation})
     try:
-        low, high = c.get_watermark_offsets(TopicPartition(topic, partition), 10)
+        low, high = c.get_watermark_offsets(TopicPartition(topic, partition), scaled(10))
         return int(low), int(high)
     finally:
         c.close()
@@ -54,7 +56,7 @@ def read_partition(bootstrap: str, topic: str, partition: int = 0,
     out: list[Row] = []
     try:
         consumer.assign([TopicPartition(topic, partition, -2)])
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + scaled(timeout)
         while time.monotonic() < deadline:
             for msg in consumer.consume(1000, 0.2):
                 err = msg.error()
@@ -65,11 +67,11 @@ def read_partition(bootstrap: str, topic: str, partition: int = 0,
                 hdrs = tuple((k, None if v is None else bytes(v))
                              for k, v in (msg.headers() or []))
                 out.append((msg.offset(), msg.key(), msg.value(), hdrs, msg.timestamp()[1]))
-        raise AssertionError(f"{topic}/{partition} not read to its end in {timeout}s")
+        raise AssertionError(f"{topic}/{partition} not read to its end in {scaled(timeout):g}s")
     finally:
         consumer.close()
 
 
 def poll_until(what: str, condition: Callable[[], Any], timeout: float = 30.0,
                interval: float = 0.1) -> Any:
-    return wait_for(what, condition, timeout, interval)
+    return wait_for(what, condition, timeout, interval)  # (wait_for scales the timeout)

@@ -27,6 +27,7 @@ from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest, OffsetFetc
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 from kafka.protocol.producer import InitProducerIdRequest
 
+from headrace.testing import scaled
 from tests.differential.secured import GROUP, PAY, SECRET, SUFFIX, USERS, Secured, login
 from tests.integration.rawclient import RawClient
 
@@ -210,7 +211,7 @@ def test_same_answer_as_kafka(kafka_secured: Secured, headrace_secured: Secured,
     user, run = SCENARIOS[scenario]
     answers = {}
     for name, s in (("kafka", kafka_secured), ("headrace", headrace_secured)):
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + scaled(30)
         while True:  # Kafka loads its coordinators and producer ids on first use
             with login(s.users, user) as c:
                 answers[name] = run(c)
@@ -229,9 +230,9 @@ def test_produce_same_as_kafka(kafka_secured: Secured, headrace_secured: Secured
         p = Producer({"bootstrap.servers": s.users, "security.protocol": "SASL_PLAINTEXT",
                       "sasl.mechanism": "PLAIN", "sasl.username": user,
                       "sasl.password": USERS[user], "enable.idempotence": False,
-                      "message.timeout.ms": 10000})
+                      "message.timeout.ms": int(scaled(10_000))})
         p.produce(topic, b"x", on_delivery=lambda e, _m, seen=errors: seen.append(e))
-        p.flush(30)
+        p.flush(scaled(30))
         codes[name] = [0 if e is None else e.code() for e in errors]
     assert codes["headrace"] == codes["kafka"], codes
     assert codes["kafka"] in ([0], [KafkaError.TOPIC_AUTHORIZATION_FAILED])

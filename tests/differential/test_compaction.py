@@ -10,6 +10,7 @@ import time
 import pytest
 from confluent_kafka import KafkaError, Producer
 
+from headrace.testing import scaled
 from tests.differential.conftest import Brokers
 from tests.differential.support import create_topic, poll_until, read_partition, watermarks
 
@@ -36,7 +37,7 @@ def produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes | None]
     for key, value in records:
         producer.produce(topic, value=value, key=key, partition=0,
                          on_delivery=lambda err, _msg: errors.append(err) if err else None)
-    assert producer.flush(30) == 0
+    assert producer.flush(scaled(30)) == 0
     assert not errors
 
 

@@ -13,6 +13,7 @@ from confluent_kafka.admin import AdminClient
 from kafka import KafkaAdminClient, KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
 
+from headrace.testing import scaled
 from tests.compat.clients import confluent_produce
 from tests.compat.records import Record
 from tests.differential.conftest import Brokers
@@ -37,7 +38,7 @@ def assigned(consumers: list[Consumer]) -> list[list[int]]:
 
 def describe(bootstrap: str, group: str) -> dict[str, Any]:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    d = admin.describe_consumer_groups([group])[group].result(10)
+    d = admin.describe_consumer_groups([group])[group].result(scaled(10))
     return {
         "state": str(d.state), "simple": d.is_simple_consumer_group,
         "assignor": d.partition_assignor,
@@ -48,7 +49,7 @@ def describe(bootstrap: str, group: str) -> dict[str, Any]:
 
 def listed(bootstrap: str, group: str) -> list[tuple[str, str]]:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    result = admin.list_consumer_groups().result(10)
+    result = admin.list_consumer_groups().result(scaled(10))
     return [(g.group_id, str(g.state)) for g in result.valid if g.group_id == group]
 
 
@@ -80,7 +81,7 @@ def observe(bootstrap: str, topic: str, strategy: str) -> dict[str, Any]:
             d := describe(bootstrap, group))["state"] == "ConsumerGroupState.STABLE"
             and len(d["members"]) == 1 and d)
         seen["committed"] = [(tp.partition, tp.offset, tp.metadata) for tp in a.committed(
-            [TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=10)]
+            [TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=scaled(10))]
     finally:
         a.close()
     seen["describe_empty"] = describe(bootstrap, group)

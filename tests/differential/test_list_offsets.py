@@ -9,6 +9,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
 
+from headrace.testing import scaled
 from tests.compat.clients import confluent_produce
 from tests.compat.records import Record
 from tests.differential.conftest import Brokers
@@ -28,7 +29,7 @@ def observe(bootstrap: str, topic: str) -> dict[str, object]:
     tp = TopicPartition(topic, 0)
 
     def ask(spec: OffsetSpec) -> tuple[int, int]:
-        info = admin.list_offsets({tp: spec})[tp].result(10)
+        info = admin.list_offsets({tp: spec})[tp].result(scaled(10))
         return info.offset, info.timestamp
 
     seen: dict[str, object] = {

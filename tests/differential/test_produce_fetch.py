@@ -10,6 +10,7 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from headrace.testing import scaled
 from tests.compat.clients import confluent_produce, kafka_python_consume, kafka_python_produce
 from tests.compat.records import CODECS, Record, body
 from tests.differential.conftest import Brokers
@@ -75,7 +76,7 @@ def observe_log_start(bootstrap: str, topic: str) -> object:
                                          for i in range(10)])
     admin = AdminClient({"bootstrap.servers": bootstrap})
     tp = TopicPartition(topic, 0, 4)
-    deleted = admin.delete_records([tp])[tp].result(10)
+    deleted = admin.delete_records([tp])[tp].result(scaled(10))
     with RawClient(bootstrap) as c:
         below_start = fetch(c, topic, 2)
     return {

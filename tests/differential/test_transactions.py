@@ -9,6 +9,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
 from kafka.protocol.consumer import OffsetFetchRequest
 
+from headrace.testing import scaled
 from tests.differential.conftest import Brokers
 from tests.differential.support import create_topic, poll_until, read_partition, watermarks
 from tests.integration.rawclient import RawClient
@@ -34,7 +35,7 @@ def committed(bootstrap: str, group: str, topic: str) -> list[tuple[int, str]]:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     try:
         return [(tp.offset, tp.metadata or "")
-                for tp in c.committed([TopicPartition(topic, 0)], timeout=10)]
+                for tp in c.committed([TopicPartition(topic, 0)], timeout=scaled(10))]
     finally:
         c.close()
 
@@ -57,14 +58,14 @@ def observe(bootstrap: str, topic: str) -> dict[str, object]:
     p = transactional_producer(bootstrap, f"{topic}-txn")
     p.begin_transaction()
     send(p, topic, [b"c1", b"c2"])
-    p.commit_transaction(20)
+    p.commit_transaction(scaled(20))
     p.begin_transaction()
     send(p, topic, [b"a1", b"a2", b"a3"])
-    assert p.flush(20) == 0  # else librdkafka purges them unsent on abort
-    p.abort_transaction(20)
+    assert p.flush(scaled(20)) == 0  # else librdkafka purges them unsent on abort
+    p.abort_transaction(scaled(20))
     p.begin_transaction()
     send(p, topic, [b"o1"])
-    assert p.flush(20) == 0
+    assert p.flush(scaled(20)) == 0
     seen["open"] = views(bootstrap, topic)
     group = f"{topic}-group"
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
@@ -73,7 +74,7 @@ def observe(bootstrap: str, topic: str) -> dict[str, object]:
         p.send_offsets_to_transaction([TopicPartition(topic, 0, 2, "in-txn")], metadata, 20)
         seen["pending_offsets"] = [raw_offset_fetch(bootstrap, group, topic, stable)
                                    for stable in (False, True)]
-        p.commit_transaction(20)
+        p.commit_transaction(scaled(20))
     finally:
         consumer.close()
     seen["closed"] = views(bootstrap, topic)
@@ -105,7 +106,7 @@ def kafka_python_observe(bootstrap: str, topic: str) -> dict[str, object]:
             p.begin_transaction()
             futures = [p.send(topic, value=v, key=b"k", partition=0) for v in values]
             p.flush()
-            offsets += [f.get(10).offset for f in futures]
+            offsets += [f.get(scaled(10)).offset for f in futures]
             if commit:
                 p.commit_transaction()
             else:

@@ -12,12 +12,14 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from headrace.eventsourcing import EventStore, Repository, StoredEvent
 from headrace.eventsourcing.events import decode_envelope
 from headrace.pipelines.bank.domain import Account, bank_events
+from headrace.testing import scaled
 from tests.conftest import AnyBroker
 
 
 @pytest.fixture
 def store(any_broker: AnyBroker, topic_name: str) -> Iterator[EventStore]:
-    with EventStore(any_broker.bootstrap_servers, topic_name, bank_events) as s:
+    with EventStore(any_broker.bootstrap_servers, topic_name, bank_events,
+                    timeout=scaled(30)) as s:
         yield s
 
 
@@ -31,13 +33,13 @@ def log_events(bootstrap: str, topic: str) -> list[StoredEvent]:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
                   "isolation.level": "read_committed", "enable.partition.eof": True,
                   "enable.auto.commit": False})
-    parts = c.list_topics(topic, timeout=10).topics[topic].partitions
+    parts = c.list_topics(topic, timeout=scaled(10)).topics[topic].partitions
     c.assign([TopicPartition(topic, p, 0) for p in parts])
     found: list[StoredEvent] = []
     at_end: set[int] = set()
     while len(at_end) < len(parts):
-        m = c.poll(10)
-        assert m is not None, "the log did not reach its end within 10 s"
+        m = c.poll(scaled(30))
+        assert m is not None, f"the log did not reach its end within {scaled(30):g} s"
         err = m.error()
         if err is not None:
             assert err.code() == KafkaError._PARTITION_EOF, err.str()

@@ -5,13 +5,13 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from headrace.testing import EmbeddedBroker
+from headrace.testing import EmbeddedBroker, scaled
 
 
 def bank(broker: EmbeddedBroker, topic: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "headrace", "bank", *args, "--topic", topic,
                            "-b", broker.bootstrap_servers], capture_output=True, text=True,
-                          timeout=120, check=False)
+                          timeout=scaled(120), check=False)
 
 
 def test_bank_commands(broker: EmbeddedBroker, topic_name: str) -> None:

@@ -15,6 +15,7 @@ import pytest
 
 from headrace.eventsourcing import EventStore, Repository
 from headrace.pipelines.bank.domain import Account
+from headrace.testing import scaled
 from tests.conftest import AnyBroker
 from tests.eventsourcing.conftest import by_aggregate, fold, log_events
 
@@ -40,7 +41,7 @@ def test_writers_in_threads_and_processes_never_overdraw(
              for i in range(3)]
     outcomes: list[dict[str, object]] = []
     for p in procs:
-        out, err = p.communicate(timeout=240)
+        out, err = p.communicate(timeout=scaled(240))
         assert p.returncode == 0, err[-3000:]
         outcomes += [json.loads(line) for line in out.splitlines()]
     assert len(outcomes) == 3 * 3 * 25
@@ -82,7 +83,7 @@ def test_kill_9_mid_append_loses_and_duplicates_nothing(
             p.send_signal(signal.SIGKILL)
             p.wait()
         else:
-            out, err = p.communicate(timeout=240)
+            out, err = p.communicate(timeout=scaled(240))
             assert p.returncode == 0, err[-3000:]
             acked |= {int(json.loads(line)["ack"]) for line in out.splitlines()}
     assert acked == set(range(1, total + 1))

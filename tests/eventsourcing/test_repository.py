@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from headrace.eventsourcing import EventStore, EventTypes, Repository, StoredEvent, Subscription
 from headrace.pipelines.bank.domain import Account, CommandRejected, Deposited, Withdrawn
+from headrace.testing import scaled
 from tests.conftest import AnyBroker
 from tests.eventsourcing.conftest import fold
 
@@ -38,7 +39,7 @@ def test_snapshot_plus_tail_equals_full_replay(store: EventStore, ops: list[tupl
             repo.load(name, version=version, use_snapshot=False))
     # The same from the log itself: another store (a new process) that caches nothing.
     with EventStore(store.config["bootstrap.servers"], store.topic, store.types,
-                    cache_events=0) as cold:
+                    cache_events=0, timeout=scaled(30)) as cold:
         uncached = Repository(cold, Account, snapshot_every=every)
         assert vars(uncached.load(name)) == vars(full)
         assert vars(uncached.load(name, use_snapshot=False)) == vars(full)
@@ -78,7 +79,8 @@ def test_old_events_are_upcast(store: EventStore, any_broker: AnyBroker) -> None
     class DepositedV1:
         amount: int
 
-    with EventStore(any_broker.bootstrap_servers, store.topic, old_types) as old:
+    with EventStore(any_broker.bootstrap_servers, store.topic, old_types,
+                    timeout=scaled(30)) as old:
         old.append("acc-u", [Opened("ann"), DepositedV1(70)], expected_version=0,
                    aggregate_type="Account")
     repo = Repository(store, Account)
@@ -93,7 +95,7 @@ def test_old_events_are_upcast(store: EventStore, any_broker: AnyBroker) -> None
 
 def drain(sub: Subscription, want: int, timeout: float = 20.0) -> list[StoredEvent]:
     got: list[StoredEvent] = []
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while len(got) < want and time.monotonic() < deadline:
         got += [stored for stored, _event in sub.poll(0.5)]
     return got

@@ -23,6 +23,7 @@ from headrace.pipelines.bank.domain import (
     Withdrawn,
     bank_events,
 )
+from headrace.testing import scaled
 from tests.conftest import AnyBroker
 from tests.eventsourcing.conftest import by_aggregate, fold, log_events
 
@@ -113,23 +114,24 @@ def test_existing_topics_that_could_lose_events_are_refused(any_broker: AnyBroke
               f"{topic_name}-r": {"retention.ms": "86400000"}}
     for f in admin.create_topics([NewTopic(t, 2, 1, config=c)
                                   for t, c in topics.items()]).values():
-        f.result(10)
+        f.result(scaled(10))
     with pytest.raises(StoreError, match=r"cleanup\.policy=compact"):
         EventStore(any_broker.bootstrap_servers, f"{topic_name}-c", bank_events).start()
     with pytest.raises(StoreError, match=r"retention\.ms=86400000"):
         EventStore(any_broker.bootstrap_servers, f"{topic_name}-r", bank_events).start()
     # An existing event topic keeps its partition count.
     admin.create_topics([NewTopic(f"{topic_name}-ok", 3, 1, config={"retention.ms": "-1"})])[
-        f"{topic_name}-ok"].result(10)
+        f"{topic_name}-ok"].result(scaled(10))
     with EventStore(any_broker.bootstrap_servers, f"{topic_name}-ok", bank_events,
-                    partitions=8) as s:
+                    partitions=8, timeout=scaled(30)) as s:
         assert s.partitions == 3
 
 
 def test_two_stores_on_one_topic_take_turns(store: EventStore, any_broker: AnyBroker) -> None:
     """Two store instances (as two processes would) writing the same aggregates alternately:
     each write fences the other writer, which catches up before it decides again."""
-    with EventStore(any_broker.bootstrap_servers, store.topic, bank_events) as other:
+    with EventStore(any_broker.bootstrap_servers, store.topic, bank_events,
+                    timeout=scaled(30)) as other:
         one, two = Repository(store, Account), Repository(other, Account)
         one.execute("acc-5", lambda a: a.open("ann"))
         for i in range(10):

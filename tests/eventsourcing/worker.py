@@ -17,6 +17,7 @@ import threading
 
 from headrace.eventsourcing import ConcurrencyError, EventStore, Repository
 from headrace.pipelines.bank.domain import Account, CommandRejected, bank_events
+from headrace.testing import scaled
 
 _print_lock = threading.Lock()
 
@@ -58,7 +59,7 @@ def deposits(repo: Repository[Account], name: str, commands: int, account: str) 
 
 def main() -> None:
     bootstrap, topic, name, mode, commands, threads, seed, *accounts = sys.argv[1:]
-    with EventStore(bootstrap, topic, bank_events) as store:
+    with EventStore(bootstrap, topic, bank_events, timeout=scaled(30)) as store:
         repo = Repository(store, Account, snapshot_every=7)
         if mode == "deposits":
             deposits(repo, name, int(commands), accounts[0])

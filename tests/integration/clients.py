@@ -6,6 +6,8 @@ import time
 
 from confluent_kafka import Consumer, TopicPartition
 
+from headrace.testing import scaled
+
 
 def consume_all(bootstrap: str, partitions: list[TopicPartition],
                 timeout: float = 30.0) -> dict[int, list[tuple[int, bytes]]]:
@@ -14,12 +16,12 @@ def consume_all(bootstrap: str, partitions: list[TopicPartition],
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "consume-all",
                          "enable.auto.commit": False, "enable.partition.eof": True})
     try:
-        ends = {tp.partition: consumer.get_watermark_offsets(tp, timeout=10)[1]
+        ends = {tp.partition: consumer.get_watermark_offsets(tp, timeout=scaled(10))[1]
                 for tp in partitions}
         consumer.assign(partitions)
         out: dict[int, list[tuple[int, bytes]]] = {tp.partition: [] for tp in partitions}
         done = {p for p, end in ends.items() if end == 0}
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + scaled(timeout)
         while len(done) < len(partitions):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"consumed {[len(v) for v in out.values()]} of {ends}")

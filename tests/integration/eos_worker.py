@@ -32,6 +32,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from headrace.testing import scaled
+
 EXIT_RESTART = 2
 EXIT_FATAL = 3
 
@@ -68,9 +70,9 @@ def main(argv: list[str] | None = None) -> int:
                               # hanging on a decommissioned broker handle.
                               "metadata.recovery.strategy": "none"}
     producer = Producer({**common, "transactional.id": args.transactional_id,
-                         "transaction.timeout.ms": args.transaction_timeout_ms,
+                         "transaction.timeout.ms": int(scaled(args.transaction_timeout_ms)),
                          "linger.ms": 1})
-    producer.init_transactions(30)
+    producer.init_transactions(scaled(30))
     say("ready")
 
     rebalances = 0
@@ -89,8 +91,9 @@ def main(argv: list[str] | None = None) -> int:
                          "session.timeout.ms": args.session_timeout_ms,
                          "heartbeat.interval.ms": max(args.session_timeout_ms // 10, 50),
                          # Also the rebalance timeout: how long a join waits for a member
-                         # killed in the middle of its own join.
-                         "max.poll.interval.ms": 2000,
+                         # killed in the middle of its own join. Scaled: a slow machine
+                         # must still get from one consume() to the next within it.
+                         "max.poll.interval.ms": int(scaled(2000)),
                          "isolation.level": "read_committed", "enable.auto.commit": False,
                          "auto.offset.reset": "earliest",
                          # Short long-polls: a fetch parked at the end of a drained
@@ -125,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
                         producer.poll(0.05)
             positions = [tp for tp in consumer.position(consumer.assignment()) if tp.offset >= 0]
             producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(),
-                                                 30)
+                                                 scaled(30))
             commit(producer)
         except KafkaException as e:
             err: KafkaError = e.args[0]
@@ -134,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
                 return EXIT_FATAL
             if err.txn_requires_abort():
                 try:
-                    producer.abort_transaction(30)
+                    producer.abort_transaction(scaled(30))
                 except KafkaException as e2:
                     say(f"abort failed {e2.args[0]}")
             return EXIT_RESTART
@@ -145,13 +148,13 @@ def commit(producer: Producer) -> None:
     """``commit_transaction``, retried while the error is retriable (librdkafka's rule)."""
     for _ in range(20):
         try:
-            producer.commit_transaction(30)
+            producer.commit_transaction(scaled(30))
             return
         except KafkaException as e:
             if not e.args[0].retriable():
                 raise
             say(f"commit retry {e.args[0]}")
-    producer.commit_transaction(30)
+    producer.commit_transaction(scaled(30))
 
 
 if __name__ == "__main__":

@@ -45,6 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from headrace.testing import scaled
+
 CLIENTS = ("confluent", "kafka-python", "aiokafka")
 STRATEGIES = ("range", "roundrobin", "sticky", "cooperative-sticky")
 
@@ -408,7 +410,7 @@ class WorkerProcess:
         """SIGTERM (the worker closes its consumer, leaving the group) and wait."""
         if self.alive():
             self.process.send_signal(signal.SIGTERM)
-        return self.process.wait(timeout)
+        return self.process.wait(scaled(timeout))
 
     def kill(self) -> None:
         """SIGKILL, noting when (``time.monotonic()``)."""

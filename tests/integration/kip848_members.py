@@ -9,13 +9,15 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from headrace.testing import scaled
+
 
 def produce(bootstrap: str, topic: str, partitions: int, per_partition: int) -> None:
     producer = Producer({"bootstrap.servers": bootstrap})
     for p in range(partitions):
         for i in range(per_partition):
             producer.produce(topic, value=f"{p}-{i}".encode(), partition=p)
-    assert producer.flush(10) == 0
+    assert producer.flush(scaled(30)) == 0
 
 
 class Member:
@@ -68,7 +70,7 @@ class Member:
 
     def stop(self, close: bool = True) -> None:
         self._stop.set()
-        self.thread.join(10)
+        self.thread.join(scaled(10))
         if close:
             self.consumer.close()
 

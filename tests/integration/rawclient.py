@@ -7,6 +7,8 @@ import ssl
 import struct
 from typing import Any
 
+from headrace.testing import scaled
+
 
 class RawClient:
     """One TCP connection (TLS with ``tls``); frames requests with kafka-python's codec, or
@@ -15,7 +17,7 @@ class RawClient:
     def __init__(self, bootstrap: str, timeout: float = 10.0,
                  tls: ssl.SSLContext | None = None) -> None:
         host, port = bootstrap.rsplit(":", 1)
-        sock = socket.create_connection((host, int(port)), timeout=timeout)
+        sock = socket.create_connection((host, int(port)), timeout=scaled(timeout))
         self.sock = tls.wrap_socket(sock, server_hostname=host) if tls is not None else sock
         self.correlation_id = 0
 

@@ -24,6 +24,8 @@ import threading
 from collections import Counter, deque
 from collections.abc import Callable
 
+from headrace.testing import scaled
+
 Address = tuple[str, int]
 
 
@@ -85,7 +87,7 @@ class KafkaProxy:
             loop.stop()
 
         asyncio.run_coroutine_threadsafe(shutdown(), loop)
-        self._thread.join(10)
+        self._thread.join(scaled(10))
 
     def __enter__(self) -> KafkaProxy:
         return self.start()

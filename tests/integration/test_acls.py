@@ -37,7 +37,7 @@ from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer import InitProducerIdRequest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
-from headrace.testing import EmbeddedBroker
+from headrace.testing import EmbeddedBroker, scaled
 from tests.integration.rawclient import RawClient
 
 PASSWORD = "secret"
@@ -46,7 +46,7 @@ USERS = ("alice", "bob", "carol", "dave")
 
 def cli(b: EmbeddedBroker, *args: str, password: str = "") -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "headrace", *args, "-b", b.bootstrap_servers],
-                          capture_output=True, text=True, timeout=60,
+                          capture_output=True, text=True, timeout=scaled(60),
                           env={**os.environ, "HEADRACE_USER_PASSWORD": password,
                                "COLUMNS": "200"})
 
@@ -85,7 +85,7 @@ def broker() -> Iterator[EmbeddedBroker]:
         p = Producer({"bootstrap.servers": b.bootstrap_servers})
         for topic in ("pay-in", "public", "secret"):
             p.produce(topic, b"seed")
-        assert p.flush(30) == 0
+        assert p.flush(scaled(30)) == 0
         yield b
 
 
@@ -98,9 +98,10 @@ def conf(b: EmbeddedBroker, user: str, **more: Any) -> dict[str, Any]:
 def produce_error(b: EmbeddedBroker, user: str, topic: str) -> int:
     """The delivery error code of one record (0: delivered)."""
     errors: list[Any] = []
-    p = Producer(conf(b, user, **{"message.timeout.ms": 10000, "enable.idempotence": False}))
+    p = Producer(conf(b, user, **{"message.timeout.ms": int(scaled(10_000)),
+                                  "enable.idempotence": False}))
     p.produce(topic, b"v", on_delivery=lambda e, _m: errors.append(e))
-    p.flush(30)
+    p.flush(scaled(30))
     assert len(errors) == 1
     return 0 if errors[0] is None else int(errors[0].code())
 
@@ -113,7 +114,7 @@ def consume_error(b: EmbeddedBroker, user: str, topic: str, group: str | None = 
                                   "enable.auto.commit": False}))
     try:
         c.subscribe([topic])
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + scaled(20)
         while time.monotonic() < deadline:
             m = c.poll(0.5)
             if m is None:
@@ -164,26 +165,26 @@ def test_consumer_groups(broker: EmbeddedBroker) -> None:
         with pytest.raises(KafkaException) as e:
             c.commit(offsets=[TopicPartition("secret", 0, 1)], asynchronous=False)
         assert e.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
-        assert c.committed([TopicPartition("pay-in", 0)], timeout=10)[0].offset == 1
+        assert c.committed([TopicPartition("pay-in", 0)], timeout=scaled(10))[0].offset == 1
     finally:
         c.close()
 
 
 def test_transactional_producers(broker: EmbeddedBroker) -> None:
     p = Producer(conf(broker, "alice", **{"transactional.id": "alice-tx"}))
-    p.init_transactions(30)
+    p.init_transactions(scaled(30))
     p.begin_transaction()
     p.produce("pay-in", b"in a transaction")
-    p.commit_transaction(30)
+    p.commit_transaction(scaled(30))
     # bob may not use alice's transactional id ...
     p = Producer(conf(broker, "bob", **{"transactional.id": "alice-tx"}))
     with pytest.raises(KafkaException) as e:
-        p.init_transactions(30)
+        p.init_transactions(scaled(30))
     assert e.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     # ... and alice not another one.
     p = Producer(conf(broker, "alice", **{"transactional.id": "other-tx"}))
     with pytest.raises(KafkaException) as e:
-        p.init_transactions(30)
+        p.init_transactions(scaled(30))
     assert e.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 
 
@@ -233,12 +234,12 @@ def test_idempotent_producers_need_a_write(broker: EmbeddedBroker) -> None:
 def test_admin_operations(broker: EmbeddedBroker) -> None:
     alice = AdminClient(conf(broker, "alice"))
     done = alice.create_topics([NewTopic("pay-new", 1, 1), NewTopic("other-new", 1, 1)])
-    done["pay-new"].result(10)
+    done["pay-new"].result(scaled(10))
     with pytest.raises(KafkaException) as e:
-        done["other-new"].result(10)
+        done["other-new"].result(scaled(10))
     assert e.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     with pytest.raises(KafkaException) as e:
-        alice.delete_topics(["pay-new"])["pay-new"].result(10)
+        alice.delete_topics(["pay-new"])["pay-new"].result(scaled(10))
     assert e.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     # ACLs themselves: DESCRIBE / ALTER on the cluster. (librdkafka's describe_acls
     # answers an empty list for a refusal, so the refusal is checked on the wire.)
@@ -250,17 +251,17 @@ def test_admin_operations(broker: EmbeddedBroker) -> None:
     refused = AclBinding(ResourceType.TOPIC, "x", ResourcePatternType.LITERAL, "User:alice",
                          "*", AclOperation.READ, AclPermissionType.ALLOW)
     with pytest.raises(KafkaException) as e:
-        alice.create_acls([refused])[refused].result(10)
+        alice.create_acls([refused])[refused].result(scaled(10))
     assert e.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
     dave = AdminClient(conf(broker, "dave"))
     found = dave.describe_acls(AclBindingFilter(
         ResourceType.TOPIC, "public", ResourcePatternType.MATCH, None, None, AclOperation.ANY,
-        AclPermissionType.ANY)).result(10)
+        AclPermissionType.ANY)).result(scaled(10))
     assert sorted((b.principal, b.permission_type.name) for b in found) == [
         ("User:*", "ALLOW"), ("User:carol", "DENY")]
     # SCRAM users: DESCRIBE on the cluster (dave may, alice may not; on the wire, as
     # librdkafka 2.16 corrupts its heap on a refused describe)
-    assert "alice" in dave.describe_user_scram_credentials().result(10)
+    assert "alice" in dave.describe_user_scram_credentials().result(scaled(10))
     with login(broker.listeners["SASL_PLAINTEXT"], "alice") as c:
         r = c.request(DescribeUserScramCredentialsRequest(users=None), 0)
         assert (r.error_code, r.results) == (31, [])
@@ -295,11 +296,11 @@ def test_kafka_python_and_aiokafka(broker: EmbeddedBroker) -> None:
                              sasl_plain_username=user, sasl_plain_password=PASSWORD,
                              max_block_ms=10000, enable_idempotence=False)
     producer = kp("alice")
-    producer.send("pay-in", b"kafka-python").get(10)
+    producer.send("pay-in", b"kafka-python").get(scaled(10))
     producer.close()
     producer = kp("bob")
     with pytest.raises(KpTopicAuthorizationFailed):
-        producer.send("pay-in", b"kafka-python").get(10)
+        producer.send("pay-in", b"kafka-python").get(scaled(10))
     producer.close()
 
     async def run() -> None:
@@ -310,7 +311,7 @@ def test_kafka_python_and_aiokafka(broker: EmbeddedBroker) -> None:
                                     **sasl)
         await consumer.start()
         try:
-            record = await asyncio.wait_for(consumer.getone(), 20)
+            record = await asyncio.wait_for(consumer.getone(), scaled(20))
             assert record.topic == "pay-in"
         finally:
             await consumer.stop()
@@ -319,7 +320,7 @@ def test_kafka_python_and_aiokafka(broker: EmbeddedBroker) -> None:
         await producer.start()
         try:
             with pytest.raises(TopicAuthorizationFailedError):
-                await asyncio.wait_for(producer.send_and_wait("pay-in", b"aio"), 20)
+                await asyncio.wait_for(producer.send_and_wait("pay-in", b"aio"), scaled(20))
         finally:
             await producer.stop()
     asyncio.run(run())
@@ -339,7 +340,7 @@ def test_bad_acls_are_refused(broker: EmbeddedBroker) -> None:
     bad = AclBinding(ResourceType.BROKER, "not-the-cluster", ResourcePatternType.LITERAL,
                      "User:x", "*", AclOperation.ALTER, AclPermissionType.ALLOW)
     with pytest.raises(KafkaException) as e:
-        admin.create_acls([bad])[bad].result(10)
+        admin.create_acls([bad])[bad].result(scaled(10))
     assert e.value.args[0].code() == KafkaError.INVALID_REQUEST
     done = cli(broker, "acls", "add", "--principal", "alice", "--operation", "READ",
                "--topic", "x")

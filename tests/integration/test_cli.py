@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 import headrace
-from headrace.testing import EmbeddedBroker
+from headrace.testing import EmbeddedBroker, scaled
 
 SRC_DIR = Path(headrace.__file__).resolve().parent.parent
 CLI_TIMEOUT = 60.0
@@ -99,7 +100,7 @@ def cli(
         capture_output=True,
         text=True,
         env=env,
-        timeout=CLI_TIMEOUT,
+        timeout=scaled(CLI_TIMEOUT),
     )
 
 
@@ -138,12 +139,11 @@ def read_all(
     out = []
     try:
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-        for _ in range(100):
+        deadline = time.monotonic() + scaled(20)
+        while len(out) < expected and time.monotonic() < deadline:
             for m in consumer.consume(num_messages=1000, timeout=0.2):
                 assert m.error() is None, m.error()
                 out.append((m.partition() or 0, m.offset() or 0, m.key(), m.value()))
-            if len(out) >= expected:
-                break
     finally:
         consumer.close()
     assert len(out) == expected

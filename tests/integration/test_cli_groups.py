@@ -22,10 +22,10 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from headrace.testing import EmbeddedBroker
+from headrace.testing import EmbeddedBroker, scaled
 from tests.integration.test_cli import cli, closed_port, failed, ok, table_rows
 
-DEADLINE_S = 30.0
+DEADLINE_S = scaled(30.0)
 # Records of the reset test are stamped BASE_TIME + i seconds (CreateTime), i = offset.
 BASE_TIME = datetime(2024, 1, 1, tzinfo=UTC)
 
@@ -330,7 +330,8 @@ def test_consume_in_a_group_continues_from_the_committed_position(
             f"{p}-{i}" for i in range(offset)
         ]
     # The idle timeout runs from the assignment on, so the group's join does not eat it.
-    second, err = consume("--timeout", "0.5")
+    # (Also how long the fetch of the 4 records may take after it: the machine's, scaled.)
+    second, err = consume("--timeout", str(scaled(1.0)))
     assert "Consumed 4 records" in err
     assert sorted(first + second) == expected  # nothing twice, nothing skipped
     assert committed(admin, "readers", topic) == {0: 5, 1: 5}

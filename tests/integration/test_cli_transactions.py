@@ -15,11 +15,11 @@ from datetime import datetime
 import pytest
 from confluent_kafka import Producer
 
-from headrace.testing import EmbeddedBroker
+from headrace.testing import EmbeddedBroker, scaled
 from tests.integration.test_cli import cli, closed_port, failed, ok, table_rows
 from tests.integration.txn_support import create_topics, transactional_producer
 
-DEADLINE_S = 30.0
+DEADLINE_S = scaled(30.0)
 TOPIC = "txn-cli"
 
 
@@ -72,10 +72,11 @@ def test_every_transactions_command_has_help(command: list[str]) -> None:
 @pytest.mark.parametrize("command", [["list"], ["describe", "some-id"]])
 def test_unreachable_broker_fails_fast_and_clearly(command: list[str]) -> None:
     servers = f"127.0.0.1:{closed_port()}"
-    started = time.monotonic()
     err = failed(cli("transactions", *command, "-b", servers))
+    # Fast: this is the refused-connection message; waiting out the request timeout ends
+    # with "no answer from a broker at ... within N s" instead (no wall-clock bound).
     assert f"cannot reach a broker at {servers}" in err
-    assert time.monotonic() - started < 10  # no waiting out a bootstrap timeout
+    assert "no answer from a broker" not in err
 
 
 def test_describe_unknown_transactional_id_fails_clearly(broker: EmbeddedBroker) -> None:

@@ -23,7 +23,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from headrace.testing import EmbeddedBroker
+from headrace.testing import EmbeddedBroker, scaled
 from tests.compat.clients import (
     aiokafka_consume,
     confluent_consume,
@@ -47,7 +47,7 @@ def create_compacted(bootstrap: str, topic: str, **configs: str) -> None:
     cfg = {"cleanup.policy": "compact", "segment.bytes": "65536", "segment.ms": str(SEGMENT_MS),
            "min.cleanable.dirty.ratio": "0.01", **configs}
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, 1, 1, config=cfg)])[topic].result(10)
+    admin.create_topics([NewTopic(topic, 1, 1, config=cfg)])[topic].result(scaled(10))
 
 
 def set_configs(bootstrap: str, topic: str, configs: dict[str, str]) -> None:
@@ -55,7 +55,7 @@ def set_configs(bootstrap: str, topic: str, configs: dict[str, str]) -> None:
     resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
         ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
         for k, v in configs.items()])
-    admin.incremental_alter_configs([resource])[resource].result(10)
+    admin.incremental_alter_configs([resource])[resource].result(scaled(10))
 
 
 def produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes | None]]) -> Changelog:
@@ -77,7 +77,7 @@ def produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes | None]
             except BufferError:
                 producer.poll(0.05)
         producer.poll(0)
-    assert producer.flush(30) == 0
+    assert producer.flush(scaled(30)) == 0
     return sorted(acked)
 
 
@@ -98,10 +98,10 @@ def read_with_tombstones(bootstrap: str, topic: str) -> Changelog:
     """Like ``read_all`` but keeps null values (``Reader`` requires values)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "compaction-reader",
                          "enable.auto.commit": False, "enable.partition.eof": True})
-    admin_end = consumer.get_watermark_offsets(TopicPartition(topic, 0), 10)[1]
+    admin_end = consumer.get_watermark_offsets(TopicPartition(topic, 0), scaled(10))[1]
     consumer.assign([TopicPartition(topic, 0, 0)])
     out: Changelog = []
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + scaled(30)
     try:
         while time.monotonic() < deadline:
             for msg in consumer.consume(1000, 0.2):
@@ -138,7 +138,9 @@ def check_subset(read: Changelog, written: Changelog) -> None:
 def test_changelog_compacts_to_the_latest_value_per_key(cleaning_broker: EmbeddedBroker,
                                                         topic_name: str) -> None:
     bootstrap = cleaning_broker.bootstrap_servers
-    create_compacted(bootstrap, topic_name, **{"delete.retention.ms": "2000"})
+    # How long tombstones stay: the test must see them within it, so it is scaled.
+    delete_retention_ms = int(scaled(2000))
+    create_compacted(bootstrap, topic_name, **{"delete.retention.ms": str(delete_retention_ms)})
     keys = [b"key-%04d" % i for i in range(1000)]
     rng = random.Random(5)
     updates = [(keys[rng.randrange(1000)] if i >= 1000 else keys[i], b"value-%06d" % i)
@@ -175,7 +177,8 @@ def test_changelog_compacts_to_the_latest_value_per_key(cleaning_broker: Embedde
         return read if len(read) == 902 else None
 
     read = wait_for("tombstones to expire", tombstones_gone, timeout=30, interval=0.3)
-    assert time.monotonic() - seen_at > 1.0  # not before delete.retention.ms (2 s)
+    # Not before delete.retention.ms (less the time it took to see the tombstones).
+    assert time.monotonic() - seen_at > delete_retention_ms / 2000
     check_subset(read, written)
     assert all(v is not None for _, _, v in read)
     assert not {k for _, k, _ in read} & set(deleted)
@@ -198,7 +201,7 @@ def test_kill_during_cleaning_loses_nothing(tmp_path: Path, point: str) -> None:
                            for i in range(1500)])
         set_configs(bootstrap, "changelog", {"cleanup.policy": "compact"})
         assert broker.process is not None
-        broker.process.wait(30)  # the cleaner SIGKILLs the broker at the crash point
+        broker.process.wait(scaled(30))  # the cleaner SIGKILLs the broker at the crash point
         assert broker.process.returncode == -9
         broker.launcher = [sys.executable, "-m", "headrace"]  # restart without the fault
         broker.start()
@@ -239,7 +242,7 @@ def test_consumer_offsets_replay_after_cleaning(tmp_path: Path) -> None:
     with EmbeddedBroker(data_dir=tmp_path, extra_args=FAST_CLEANER) as broker:
         bootstrap = broker.bootstrap_servers
         admin = AdminClient({"bootstrap.servers": bootstrap})
-        admin.create_topics([NewTopic("events", 4, 1)])["events"].result(10)
+        admin.create_topics([NewTopic("events", 4, 1)])["events"].result(scaled(10))
         set_configs(bootstrap, "__consumer_offsets", {"segment.bytes": "4096",
                                                       "min.cleanable.dirty.ratio": "0.1"})
         consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "g1",
@@ -255,7 +258,8 @@ def test_consumer_offsets_replay_after_cleaning(tmp_path: Path) -> None:
         broker.kill()
         broker.start()
         consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "g1"})
-        committed = consumer.committed([TopicPartition("events", p) for p in range(4)], 10)
+        committed = consumer.committed([TopicPartition("events", p) for p in range(4)],
+                                       scaled(10))
         consumer.close()
         assert {tp.partition: tp.offset for tp in committed} == expected
 
@@ -273,14 +277,14 @@ def test_transaction_state_and_aborted_data_after_cleaning(tmp_path: Path) -> No
             key = b"k%d" % (i % 10)
             producer.produce("txn-table", key=key, value=b"v%d" % i, partition=0)
             if i % 3 == 2:
-                producer.abort_transaction(10)
+                producer.abort_transaction(scaled(10))
             else:
-                producer.commit_transaction(10)
+                producer.commit_transaction(scaled(10))
                 expected[key] = b"v%d" % i
         time.sleep(SEGMENT_MS / 1000 + 0.05)
         producer.begin_transaction()
         producer.produce("txn-table", key=b"roll", value=b"roll", partition=0)
-        producer.commit_transaction(10)
+        producer.commit_transaction(scaled(10))
         expected[b"roll"] = b"roll"
 
         def clean_enough() -> bool:
@@ -304,7 +308,7 @@ def test_transaction_state_and_aborted_data_after_cleaning(tmp_path: Path) -> No
         again = transactional_producer(bootstrap, "table-writer")
         again.begin_transaction()
         again.produce("txn-table", key=b"after", value=b"restart", partition=0)
-        again.commit_transaction(10)
+        again.commit_transaction(scaled(10))
         expected[b"after"] = b"restart"
         with Reader(bootstrap, "txn-table") as reader:
             records = reader.read_to_end()[0]

@@ -21,7 +21,7 @@ from kafka.protocol.consumer import (
 from headrace.protocol.errors import ErrorCode
 from headrace.protocol.messages import ConsumerGroupDescribeRequest as Describe
 from headrace.protocol.messages import ConsumerGroupHeartbeatRequest as HB
-from headrace.testing import EmbeddedBroker
+from headrace.testing import EmbeddedBroker, scaled
 from tests.integration.rawclient import RawClient
 
 _CT = OffsetCommitRequest.OffsetCommitRequestTopic
@@ -39,7 +39,7 @@ def client(broker: EmbeddedBroker) -> Iterator[RawClient]:
 @pytest.fixture
 def topic(broker: EmbeddedBroker, topic_name: str) -> str:
     admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
-    admin.create_topics([NewTopic(topic_name, 4, 1)])[topic_name].result(timeout=10)
+    admin.create_topics([NewTopic(topic_name, 4, 1)])[topic_name].result(timeout=scaled(10))
     return topic_name
 
 

@@ -26,7 +26,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewPartitions
 
-from headrace.testing import EmbeddedBroker
+from headrace.testing import EmbeddedBroker, scaled
 from tests.integration.kip848_members import Member, check_never_owned_twice, produce
 from tests.integration.test_groups import create_topic, wait_until
 
@@ -65,7 +65,8 @@ def test_join_consume_commit(kbroker: EmbeddedBroker, topic_name: str,
     assert sorted(a.records) == [(topic_name, p, o) for p in range(4) for o in range(5)]
     a.stop(close=False)
     a.consumer.commit(asynchronous=False)
-    committed = a.consumer.committed([TopicPartition(topic_name, p) for p in range(4)], timeout=10)
+    committed = a.consumer.committed([TopicPartition(topic_name, p) for p in range(4)],
+                                     timeout=scaled(10))
     assert [tp.offset for tp in committed] == [5, 5, 5, 5]
     a.consumer.close()
 
@@ -115,11 +116,11 @@ def test_crashed_member_is_fenced_and_its_partitions_move(
     try:
         wait_until(lambda: len(a.owned) == 2, 30, "a gives two partitions to the newcomer")
         admin = AdminClient({"bootstrap.servers": bs})
-        desc = admin.describe_consumer_groups([group])[group].result(timeout=10)
+        desc = admin.describe_consumer_groups([group])[group].result(timeout=scaled(10))
         assert len(desc.members) == 2
     finally:
         crasher.kill()
-        crasher.wait(10)
+        crasher.wait(scaled(10))
     killed_at = time.monotonic()
     wait_until(lambda: len(a.owned) == 4, SESSION_MS / 1000 + 20, "a owns all four again")
     # Not before the session timeout: the broker only fences on expiry.
@@ -163,7 +164,8 @@ def test_regex_subscription_and_new_partitions(kbroker: EmbeddedBroker, topic_na
     create_topic(bs, f"{prefix}-z", 1)
     wait_until(lambda: (f"{prefix}-z", 0) in a.owned, 30, "a topic created later")
     admin = AdminClient({"bootstrap.servers": bs})
-    admin.create_partitions([NewPartitions(f"{prefix}-x", 3)])[f"{prefix}-x"].result(timeout=10)
+    admin.create_partitions([NewPartitions(f"{prefix}-x", 3)])[f"{prefix}-x"].result(
+        timeout=scaled(10))
     wait_until(lambda: {(f"{prefix}-x", p) for p in range(3)} <= a.owned, 30,
                "the added partitions")
 
@@ -182,7 +184,7 @@ def test_range_assignor_chosen_by_the_client(kbroker: EmbeddedBroker, topic_name
     members.append(b)
     wait_until(lambda: len(a.owned) == 2 and len(b.owned) == 2, 30, "two partitions each")
     admin = AdminClient({"bootstrap.servers": bs})
-    desc = admin.describe_consumer_groups([group])[group].result(timeout=10)
+    desc = admin.describe_consumer_groups([group])[group].result(timeout=scaled(10))
     ranges = sorted(sorted(tp.partition for tp in m.assignment.topic_partitions)
                     for m in desc.members)
     assert ranges == [[0, 1], [2, 3]]
@@ -199,7 +201,7 @@ def test_admin_describe_list_delete(kbroker: EmbeddedBroker, topic_name: str,
     members.append(a)
     wait_until(lambda: len(a.owned) == 2, 30, "a owns both partitions")
     admin = AdminClient({"bootstrap.servers": bs})
-    desc = admin.describe_consumer_groups([group])[group].result(timeout=10)
+    desc = admin.describe_consumer_groups([group])[group].result(timeout=scaled(10))
     assert desc.type == ConsumerGroupType.CONSUMER
     assert desc.state == ConsumerGroupState.STABLE
     assert desc.partition_assignor == "uniform"
@@ -207,19 +209,21 @@ def test_admin_describe_list_delete(kbroker: EmbeddedBroker, topic_name: str,
     assert member.client_id == "describe-me"
     assert sorted(tp.partition for tp in member.assignment.topic_partitions) == [0, 1]
 
-    listed = admin.list_consumer_groups(types={ConsumerGroupType.CONSUMER}).result(timeout=10)
+    listed = admin.list_consumer_groups(types={ConsumerGroupType.CONSUMER}).result(
+        timeout=scaled(10))
     assert group in {g.group_id for g in listed.valid}
-    classic = admin.list_consumer_groups(types={ConsumerGroupType.CLASSIC}).result(timeout=10)
+    classic = admin.list_consumer_groups(types={ConsumerGroupType.CLASSIC}).result(
+        timeout=scaled(10))
     assert group not in {g.group_id for g in classic.valid}
 
     with pytest.raises(KafkaException) as e:
-        admin.delete_consumer_groups([group])[group].result(timeout=10)
+        admin.delete_consumer_groups([group])[group].result(timeout=scaled(10))
     assert "NON_EMPTY_GROUP" in str(e.value)
     a.stop()
-    wait_until(lambda: admin.describe_consumer_groups([group])[group].result(timeout=10).state
-               == ConsumerGroupState.EMPTY, 10, "the group to be empty")
-    admin.delete_consumer_groups([group])[group].result(timeout=10)
-    listed = admin.list_consumer_groups().result(timeout=10)
+    wait_until(lambda: admin.describe_consumer_groups([group])[group].result(
+        timeout=scaled(10)).state == ConsumerGroupState.EMPTY, 10, "the group to be empty")
+    admin.delete_consumer_groups([group])[group].result(timeout=scaled(10))
+    listed = admin.list_consumer_groups().result(timeout=scaled(10))
     assert group not in {g.group_id for g in listed.valid}
 
 
@@ -263,7 +267,7 @@ def test_members_rejoin_after_a_broker_restart(tmp_path: Any, topic_name: str,
         checker = Consumer({"bootstrap.servers": bs, "group.id": group})
         try:
             wait_until(lambda: all(tp.offset == 3 for tp in checker.committed(
-                [TopicPartition(topic_name, p) for p in range(2)], timeout=10)), 10,
+                [TopicPartition(topic_name, p) for p in range(2)], timeout=scaled(10))), 10,
                 "the auto-commit of both partitions")
         finally:
             checker.close()

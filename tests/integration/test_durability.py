@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from headrace.testing import EmbeddedBroker
+from headrace.testing import EmbeddedBroker, scaled
 from tests.integration.clients import consume_all
 
 PARTITIONS = 3
@@ -55,7 +55,7 @@ def produce_until_stopped(bootstrap: str, topic: str, acks: AckLog, stop: thread
         except BufferError:
             producer.poll(0.01)
         producer.poll(0)
-    producer.flush(10)
+    producer.flush(scaled(10))
     return i - start
 
 
@@ -65,7 +65,7 @@ def test_acknowledged_records_survive_kill_9(tmp_path: pytest.TempPathFactory) -
     broker.start()
     try:
         admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
-        admin.create_topics([NewTopic("durable", PARTITIONS, 1)])["durable"].result(10)
+        admin.create_topics([NewTopic("durable", PARTITIONS, 1)])["durable"].result(scaled(10))
         acks = AckLog()
         sent = 0
         for round_ in range(3):
@@ -75,12 +75,12 @@ def test_acknowledged_records_survive_kill_9(tmp_path: pytest.TempPathFactory) -
                 produce_until_stopped(broker.bootstrap_servers, "durable", acks, s, n)))
             t.start()
             target = acks.count() + 20_000
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + scaled(60)
             while acks.count() < target and time.monotonic() < deadline:
                 time.sleep(0.01)
             broker.kill()  # mid-stream: requests are in flight
             stop.set()
-            t.join(30)
+            t.join(scaled(30))
             sent += box[0]
             broker.start()  # recovery on the same data directory and port
             assert "recovered after an unclean shutdown" in "".join(broker.output_lines()), round_
@@ -106,7 +106,7 @@ def test_fsync_on_ack_serves_concurrent_producers(tmp_path: pytest.TempPathFacto
     fsyncs (group commit), so they all complete."""
     with EmbeddedBroker(data_dir=str(tmp_path), extra_args=["--fsync"]) as broker:
         admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
-        admin.create_topics([NewTopic("synced", PARTITIONS, 1)])["synced"].result(10)
+        admin.create_topics([NewTopic("synced", PARTITIONS, 1)])["synced"].result(scaled(10))
         acks = AckLog()
         producers = [Producer({"bootstrap.servers": broker.bootstrap_servers, "acks": "all",
                                "linger.ms": 1}) for _ in range(4)]
@@ -114,7 +114,7 @@ def test_fsync_on_ack_serves_concurrent_producers(tmp_path: pytest.TempPathFacto
             producers[n % 4].produce("synced", value=f"r-{n}".encode(), partition=n % PARTITIONS,
                                      on_delivery=acks.on_delivery)
         for p in producers:
-            assert p.flush(30) == 0
+            assert p.flush(scaled(30)) == 0
         assert acks.count() == 2000 and acks.failed == 0
         broker.kill()
         broker.start()

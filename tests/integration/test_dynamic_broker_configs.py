@@ -26,7 +26,7 @@ from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import ConfigResourceType
 from kafka.protocol.admin import DescribeConfigsRequest, IncrementalAlterConfigsRequest
 
-from headrace.testing import EmbeddedBroker
+from headrace.testing import EmbeddedBroker, scaled
 from tests.integration.rawclient import RawClient
 from tests.integration.test_topic_configs import create, describe
 
@@ -38,7 +38,7 @@ def alter_broker(broker: EmbeddedBroker, name: str, value: str) -> None:
     client = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
     resource = ConfigResource(ResourceType.BROKER, "0", incremental_configs=[
         ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)])
-    client.incremental_alter_configs([resource])[resource].result(10)
+    client.incremental_alter_configs([resource])[resource].result(scaled(10))
 
 
 def alter_cluster_default(broker: EmbeddedBroker, name: str, value: str | None) -> Any:

@@ -15,7 +15,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AlterConfigOpType, ConfigSource
 
 from headrace.storage.config import LONG_MAX
-from headrace.testing import EmbeddedBroker
+from headrace.testing import EmbeddedBroker, scaled
 from tests.integration.test_topic_configs import create, describe, incremental
 
 # Apache Kafka 4.3.1's DescribeConfigs for a fresh topic (headrace.testing.ApacheKafka),
@@ -53,7 +53,7 @@ def produce_one_by_one(broker: EmbeddedBroker, topic: str, n: int) -> None:
     producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 0})
     for i in range(n):
         producer.produce(topic, value=b"v%d" % i)
-        assert producer.flush(10) == 0  # one request, one acknowledged message at a time
+        assert producer.flush(scaled(10)) == 0  # one request, one acknowledged message at a time
 
 
 def test_every_kafka_topic_config_is_described(broker: EmbeddedBroker, topic_name: str) -> None:
@@ -117,7 +117,7 @@ def test_no_flush_config_leaves_the_page_cache(broker: EmbeddedBroker, topic_nam
 def test_flush_ms_fsyncs_after_the_interval(broker: EmbeddedBroker, topic_name: str) -> None:
     create(broker, topic_name, **{"flush.ms": "200"})
     produce_one_by_one(broker, topic_name, 3)  # within one interval: one timer, one fsync
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + scaled(10)
     while fsyncs(broker, topic_name) == 0 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert fsyncs(broker, topic_name) >= 1

@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from headrace.pipelines.fraud.generator import FraudConfig, FraudTopics, GroundTruth, run
 from headrace.protocol.partitioner import java_partition
-from headrace.testing import EmbeddedBroker
+from headrace.testing import EmbeddedBroker, scaled
 
 TXN_TYPES = {"txn_id": str, "card_id": str, "user_id": str, "merchant_id": str,
              "amount": float, "currency": str, "lat": float, "lon": float, "city": str,
@@ -34,11 +34,12 @@ def _read_all(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0
                          "enable.auto.commit": False})
     try:
         tps = [TopicPartition(topic, p, 0) for p in range(partitions)]
-        ends = {tp.partition: consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in tps}
+        ends = {tp.partition: consumer.get_watermark_offsets(tp, timeout=scaled(10))[1]
+                for tp in tps}
         consumer.assign(tps)
         out: list[Rec] = []
         nexts = dict.fromkeys(ends, 0)
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + scaled(timeout)
         while any(nexts[p] < ends[p] for p in ends):
             assert time.monotonic() < deadline, f"read {nexts} of {ends}"
             for msg in consumer.consume(10_000, 0.5):
@@ -93,7 +94,7 @@ def test_run_publishes_what_its_truth_says(broker: EmbeddedBroker, topic_name: s
 
     admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
     resource = ConfigResource(ResourceType.TOPIC, topics.profiles)
-    configs = admin.describe_configs([resource])[resource].result(30)
+    configs = admin.describe_configs([resource])[resource].result(scaled(30))
     assert configs["cleanup.policy"].value == "compact"
     assert progress[-1][0] == len(txns) + len(profiles)
 
@@ -109,22 +110,32 @@ def test_realtime_run_paces_on_the_wall_clock_and_stops(broker: EmbeddedBroker,
     topics = FraudTopics(transactions=f"{topic_name}-tx", profiles=f"{topic_name}-profiles")
     config = FraudConfig(seed=8, rate=400, duration_s=5, users=2500, late_share=0.0)
     stop = threading.Event()
-    timer = threading.Timer(1.5, stop.set)
+    # The stop comes after a number of transaction records, not after some wall-clock time:
+    # what the run sent before it does not depend on the machine's speed.
+    stop_after, sent = 300, [0]
+
+    def count_then_stop(value: bytes) -> bytes:
+        sent[0] += 1
+        if sent[0] == stop_after:
+            stop.set()
+        return value
+
     before = time.time() * 1000
-    timer.start()
-    try:
-        truth = run(broker.bootstrap_servers, config, topics=topics, realtime=True, stop=stop)
-    finally:
-        timer.cancel()
-    took = time.time() * 1000 - before
-    assert before <= truth.start_ms <= before + 1500
-    assert took < 4000, "stop must end the run early"
+    truth = run(broker.bootstrap_servers, config, topics=topics, realtime=True, stop=stop,
+                encode_transaction=count_then_stop)
+    after = time.time() * 1000
+    # The stream starts at the wall clock (not at the config's start_ms, in the past).
+    assert before <= truth.start_ms <= after
+    # The stop ends the run early: with the record in hand, exactly the ones counted went
+    # out (a whole run is about 2000), and the truth covers exactly those.
+    assert sent[0] == stop_after
     txns = _read_all(broker.bootstrap_servers, topics.transactions, 4)
-    assert len(txns) == truth.total_txns + truth.malformed_count
-    assert 0 < truth.total_txns < 400 * 4
-    # Each record goes out at its arrival time: after its event, by the network delay.
+    assert len(txns) == truth.total_txns + truth.malformed_count == stop_after
+    # Each record goes out at its arrival time: after its event, by the network delay
+    # (never before it). The upper bounds allow for a loaded machine falling behind its
+    # schedule, so their slack is scaled.
     behind = sorted(r.timestamp_ms - json.loads(r.value)["event_time"]
                     for r in txns if _is_valid_txn(r.value))
     assert behind[0] >= -50
-    assert behind[len(behind) // 2] <= 400
-    assert behind[-1] <= config.delay_max_ms + 2000
+    assert behind[len(behind) // 2] <= 50 + scaled(350)
+    assert behind[-1] <= config.delay_max_ms + scaled(2000)

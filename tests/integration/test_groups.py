@@ -32,15 +32,19 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from headrace.protocol.errors import ErrorCode
-from headrace.testing import EmbeddedBroker
+from headrace.testing import EmbeddedBroker, scaled
 from tests.conftest import AnyBroker
 from tests.integration.group_workers import WorkerProcess
 
-SESSION_MS = 6000
+SESSION_MS = 6000  # behaviour: the kill -9 test waits for a session to expire
 HEARTBEAT_MS = 1000
 # A rebalance after a member's death: its session expires, the survivors learn of the
-# rebalance at their next heartbeat and rejoin. Generous for a loaded 2-core machine.
+# rebalance at their next heartbeat and rejoin. Generous for a loaded 2-core machine, and
+# scaled() where used.
 MOVE_MARGIN_S = 6.0
+# The session of the static members that are restarted: a bound the restart (a new Python
+# process joining) must beat, never waited out. Scaled where used.
+STATIC_SESSION_MS = 20_000
 
 
 # --- helpers -------------------------------------------------------------------------------
@@ -48,20 +52,21 @@ MOVE_MARGIN_S = 6.0
 
 def wait_until(condition: Callable[[], Any], timeout: float, what: str,
                detail: Callable[[], str] = lambda: "") -> Any:
-    """Poll ``condition`` until it returns something truthy; fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
+    """Poll ``condition`` until it returns something truthy; fail after
+    ``scaled(timeout)``."""
+    deadline = time.monotonic() + scaled(timeout)
     while True:
         result = condition()
         if result:
             return result
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}\n{detail()}")
+            pytest.fail(f"timed out after {scaled(timeout):g}s waiting for {what}\n{detail()}")
         time.sleep(0.05)
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(10)
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(scaled(10))
 
 
 class Feed:
@@ -77,7 +82,8 @@ class Feed:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
-                                   "acks": "all", "message.timeout.ms": 20000})
+                                   "acks": "all",
+                                   "message.timeout.ms": int(scaled(20_000))})
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._sent = 0
 
@@ -110,8 +116,8 @@ class Feed:
         """Stop producing and wait for the outstanding acknowledgements. Idempotent."""
         self._stop.set()
         if self._thread.is_alive():
-            self._thread.join(10)
-        unacked = self._producer.flush(20)
+            self._thread.join(scaled(10))
+        unacked = self._producer.flush(scaled(20))
         if check:
             assert unacked == 0, "records still unacknowledged"
             assert not self.failed, self.failed[:5]
@@ -317,14 +323,16 @@ def test_members_share_partitions_through_join_leave_and_kill_9(
         held = {(p, o) for e in c.events("records")[-1:] for p, o, _ in e["records"]}
         survivors = [a, d]
         wait_until(lambda: settled(everyone, survivors, partitions),
-                   SESSION_MS / 1000 + MOVE_MARGIN_S + 5,
+                   SESSION_MS / 1000 + MOVE_MARGIN_S + 5,  # (scaled by wait_until)
                    "the partitions of the killed member to move", lambda: describe(everyone))
         assert c.killed_at is not None
         moved_at = max(
             min(e["t"] for w in survivors for e in w.events("assigned")
                 if e["t"] > c.killed_at and p in e["owned"])
             for p in victim_partitions)
-        assert moved_at - c.killed_at <= SESSION_MS / 1000 + MOVE_MARGIN_S, (
+        # Behaviour, not speed: the move follows the session expiry (a sweep much later,
+        # or none, fails); the margin for the rejoin is the machine's, so it is scaled.
+        assert moved_at - c.killed_at <= SESSION_MS / 1000 + scaled(MOVE_MARGIN_S), (
             f"partitions moved {moved_at - c.killed_at:.1f}s after kill -9")
 
         # Keep producing a little after the last move, then drain everything.
@@ -354,7 +362,7 @@ def committed_offsets(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
     """OffsetFetch through confluent-kafka's AdminClient: (topic, partition) -> offset."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     result = admin.list_consumer_group_offsets(
-        [ConsumerGroupTopicPartitions(group)])[group].result(10)
+        [ConsumerGroupTopicPartitions(group)])[group].result(scaled(10))
     return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions}
 
 
@@ -411,7 +419,7 @@ def produce_numbered(bootstrap: str, topic: str, partitions: int, per_partition:
     for p in range(partitions):
         for i in range(per_partition):
             producer.produce(topic, value=f"{p}-{i}".encode(), partition=p)
-    assert producer.flush(20) == 0
+    assert producer.flush(scaled(20)) == 0
 
 
 def group_consumer(bootstrap: str, group: str, **extra: Any) -> Consumer:
@@ -425,7 +433,7 @@ def consume_until(consumer: Consumer, done: Callable[[dict[int, list[int]]], boo
                   timeout: float = 30.0) -> dict[int, list[int]]:
     """Poll a subscribed consumer until ``done(partition -> offsets seen)``."""
     seen: dict[int, list[int]] = defaultdict(list)
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while not done(seen):
         assert time.monotonic() < deadline, f"consumed only {dict(seen)}"
         for msg in consumer.consume(100, 0.2):
@@ -563,7 +571,7 @@ def test_cooperative_sticky_keeps_unmoved_partitions_through_a_join(
 
 def describe_group(bootstrap: str, group: str) -> Any:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    return admin.describe_consumer_groups([group])[group].result(10)
+    return admin.describe_consumer_groups([group])[group].result(scaled(10))
 
 
 @pytest.mark.parametrize(("client", "strategy"), [
@@ -595,6 +603,13 @@ def test_assignor_covers_every_partition_once(
 # --- 6. static membership --------------------------------------------------------------------
 
 
+def static_session() -> dict[str, int]:
+    """Worker options of the restarted static members: the scaled session, and a
+    max.poll.interval (the rebalance timeout) as long (librdkafka wants it no shorter)."""
+    ms = int(scaled(STATIC_SESSION_MS))
+    return {"session_ms": ms, "rebalance_ms": max(ms, 10_000)}
+
+
 @pytest.mark.parametrize("clients", [
     ("confluent", "confluent", "confluent"),
     ("confluent", "kafka-python", "aiokafka"),
@@ -607,7 +622,8 @@ def test_a_restarted_static_member_gets_its_partitions_back_without_a_rebalance(
     feed = Feed(bootstrap, topic_name, partitions)
 
     def member(i: int, name: str) -> WorkerProcess:
-        return spawn(clients[i], bootstrap, group, topic_name, name, instance_id=f"static-{i}")
+        return spawn(clients[i], bootstrap, group, topic_name, name, instance_id=f"static-{i}",
+                     **static_session())
 
     try:
         # static-0 first, so that it leads; the others are the ones restarted (the
@@ -628,8 +644,8 @@ def test_a_restarted_static_member_gets_its_partitions_back_without_a_rebalance(
             new = member(i, f"s{i}-restarted")
             everyone.append(new)
             current[i] = new
-            wait_until(new.owned, SESSION_MS / 1000, "the restarted member to get partitions "
-                       "back within the session timeout", lambda: describe(everyone))
+            wait_until(new.owned, STATIC_SESSION_MS / 1000, "the restarted member to get "
+                       "partitions back within the session timeout", lambda: describe(everyone))
             back = new.events("assigned")[-1]
             assert (set(back["owned"]), back["gen"]) == (before, generation)
         # Records keep flowing to every member, and nobody was revoked on the way.
@@ -658,7 +674,8 @@ def test_a_restarted_static_leader_gets_its_partitions_back_without_a_rebalance(
     create_topic(bootstrap, topic_name, partitions)
 
     def member(i: int, name: str) -> WorkerProcess:
-        return spawn("confluent", bootstrap, group, topic_name, name, instance_id=f"static-{i}")
+        return spawn("confluent", bootstrap, group, topic_name, name, instance_id=f"static-{i}",
+                     **static_session())
 
     leader = member(0, "s0")  # joins first, so it leads
     wait_until(leader.owned, 30, "the first member to get partitions", leader.log)
@@ -671,8 +688,8 @@ def test_a_restarted_static_leader_gets_its_partitions_back_without_a_rebalance(
     leader.kill()
     restarted = member(0, "s0-restarted")
     everyone.append(restarted)
-    wait_until(restarted.owned, SESSION_MS / 1000, "the restarted leader to get partitions "
-               "back within the session timeout", lambda: describe(everyone))
+    wait_until(restarted.owned, STATIC_SESSION_MS / 1000, "the restarted leader to get "
+               "partitions back within the session timeout", lambda: describe(everyone))
     back = restarted.events("assigned")[-1]
     assert (set(back["owned"]), back["gen"]) == (before, generation), describe(everyone)
     # Give a rebalance, had one started, time to reach the follower (its heartbeats are
@@ -707,10 +724,11 @@ def test_a_group_of_closed_static_members_can_be_deleted_right_after_their_sessi
         c.close()
     closed = time.monotonic()
     admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
-    # An upper bound on the wait, not a measurement: 3 s sessions, then 0.5 s of margin.
-    time.sleep(max(0.0, closed + 3.5 - time.monotonic()))
-    admin.delete_consumer_groups([group])[group].result(10)
-    assert group not in {g.group_id for g in admin.list_consumer_groups().result(10).valid}
+    # An upper bound on the wait, not a measurement: 3 s sessions (behaviour), then 0.5 s
+    # of margin for the broker to act on its deadline (the machine's: scaled).
+    time.sleep(max(0.0, closed + 3.0 + scaled(0.5) - time.monotonic()))
+    admin.delete_consumer_groups([group])[group].result(scaled(10))
+    assert group not in {g.group_id for g in admin.list_consumer_groups().result(scaled(10)).valid}
 
 
 # --- 7. bad input through the real protocol ---------------------------------------------------
@@ -753,8 +771,11 @@ class RawMember:
         from kafka.protocol.consumer import JoinGroupRequest
 
         return JoinGroupRequest(
-            group_id=group or self.group, session_timeout_ms=10_000,
-            rebalance_timeout_ms=10_000, member_id=member_id, group_instance_id=None,
+            # Bounds the test's own pace must beat (it heartbeats rarely, rejoins late):
+            # generous and scaled.
+            group_id=group or self.group, session_timeout_ms=int(scaled(60_000)),
+            rebalance_timeout_ms=int(scaled(60_000)), member_id=member_id,
+            group_instance_id=None,
             protocol_type="consumer",
             protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name=n, metadata=m)
                        for n, m in (protocols or self.protocols)])
@@ -787,7 +808,7 @@ class RawMember:
         dropped connection (reconnecting). Returns this member's assignment."""
         from tests.integration.rawclient import RawClient
 
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + scaled(timeout)
         while True:
             assert time.monotonic() < deadline, "could not join the group"
             try:
@@ -875,7 +896,7 @@ def test_bad_group_requests_get_their_error_codes_and_the_group_keeps_working(
             sent += 1
             values.add(f"probe-{sent}")
             producer.produce(topic_name, value=f"probe-{sent}".encode(), partition=p)
-        assert producer.flush(10) == 0
+        assert producer.flush(scaled(10)) == 0
         wait_until(lambda: values <= {v for _, _, v, _, _ in processed([w])}, 20,
                    f"the consumer to receive {sorted(values)}", w.log)
 
@@ -1004,7 +1025,7 @@ def test_a_group_switching_protocol_can_be_described(broker: EmbeddedBroker, top
                     ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
     finally:
         a.leave()  # b's join then completes: it is alone
-        thread.join(15)
+        thread.join(scaled(15))
         if joined:
             b.leave()
         a.close()
@@ -1017,7 +1038,7 @@ def test_a_group_switching_protocol_can_be_described(broker: EmbeddedBroker, top
 def admin_error_code(future: Any) -> int:
     """The Kafka error code a confluent-kafka admin future failed with (0 if it did not)."""
     try:
-        future.result(10)
+        future.result(scaled(10))
     except KafkaException as e:
         return int(e.args[0].code())
     return 0
@@ -1056,7 +1077,7 @@ def test_admin_clients_list_describe_and_delete_groups_and_offsets(
             "only members commit to a group with members"
 
         # --- while members are live
-        listed = {g.group_id: g for g in admin.list_consumer_groups().result(10).valid}
+        listed = {g.group_id: g for g in admin.list_consumer_groups().result(scaled(10)).valid}
         assert listed[group].state == ConsumerGroupState.STABLE
         assert listed[simple].state == ConsumerGroupState.EMPTY
         assert {g["group_id"]: g["group_state"] for g in kp.list_groups()} == {
@@ -1082,7 +1103,7 @@ def test_admin_clients_list_describe_and_delete_groups_and_offsets(
         altered = admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(
             group, [TopicPartition(topic, 0, 1)])])[group]
         try:
-            codes = [tp.error.code() for tp in altered.result(10).topic_partitions]
+            codes = [tp.error.code() for tp in altered.result(scaled(10)).topic_partitions]
         except KafkaException as e:
             codes = [e.args[0].code()]
         assert codes == [ErrorCode.UNKNOWN_MEMBER_ID]
@@ -1094,7 +1115,8 @@ def test_admin_clients_list_describe_and_delete_groups_and_offsets(
         wait_until(lambda: describe_group(bootstrap, group).state == ConsumerGroupState.EMPTY,
                    10, "the group to be empty")
         admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(
-            group, [TopicPartition(topic, 0, 1), TopicPartition(other, 0, 0)])])[group].result(10)
+            group, [TopicPartition(topic, 0, 1), TopicPartition(other, 0, 0)])])[group].result(
+                scaled(10))
         assert committed_offsets(bootstrap, group) == {**ends, (topic, 0): 1, (other, 0): 0}
         assert kp.delete_group_offsets(group, [KpTopicPartition(topic, 1)]) == {
             KpTopicPartition(topic, 1): kafka_errors.NoError}
@@ -1105,7 +1127,7 @@ def test_admin_clients_list_describe_and_delete_groups_and_offsets(
             kp.delete_group_offsets("no-such-group", [KpTopicPartition(topic, 0)])
 
         # Deleting removes the group and its offsets, for good.
-        admin.delete_consumer_groups([group])[group].result(10)
+        admin.delete_consumer_groups([group])[group].result(scaled(10))
         assert kp.delete_groups([simple]) == {simple: "OK"}
         assert committed_offsets(bootstrap, group) == {}
         assert kp.list_group_offsets(simple)[simple] == {}
@@ -1118,7 +1140,7 @@ def test_admin_clients_list_describe_and_delete_groups_and_offsets(
         broker.kill()
         broker.start()
         admin = AdminClient({"bootstrap.servers": bootstrap})
-        assert admin.list_consumer_groups().result(10).valid == []
+        assert admin.list_consumer_groups().result(scaled(10)).valid == []
         assert committed_offsets(bootstrap, group) == {}
         assert committed_offsets(bootstrap, simple) == {}
         assert describe_group(bootstrap, group).state == ConsumerGroupState.DEAD

@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from headrace import jvm
-from headrace.testing import EmbeddedBroker
+from headrace.testing import EmbeddedBroker, scaled
 from tests.integration.kip848_members import Member, produce
 from tests.integration.test_groups import wait_until
 
@@ -37,7 +37,7 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> str:
     classpath = _client_classpath()
     out = tmp_path_factory.mktemp("java")
     subprocess.run(["javac", "-d", str(out), "-cp", classpath, str(SOURCE)], check=True,
-                   capture_output=True, timeout=120)
+                   capture_output=True, timeout=scaled(120))
     return f"{out}{os.pathsep}{classpath}"
 
 
@@ -45,14 +45,15 @@ def test_java_consumer_with_consumer_protocol(compiled: str, broker: EmbeddedBro
                                               topic_name: str) -> None:
     bs = broker.bootstrap_servers
     admin = AdminClient({"bootstrap.servers": bs})
-    admin.create_topics([NewTopic(topic_name, 3, 1)])[topic_name].result(timeout=10)
+    admin.create_topics([NewTopic(topic_name, 3, 1)])[topic_name].result(timeout=scaled(10))
     producer = Producer({"bootstrap.servers": bs})
     for i in range(30):
         producer.produce(topic_name, value=f"v{i}".encode(), partition=i % 3)
-    assert producer.flush(10) == 0
+    assert producer.flush(scaled(10)) == 0
     group = f"java-{uuid.uuid4().hex[:8]}"
     run = subprocess.run([jvm.java_executable(), "-cp", compiled, "Kip848Consumer", bs, group,
-                          topic_name, "30"], capture_output=True, text=True, timeout=120)
+                          topic_name, "30", str(scaled(60))], capture_output=True, text=True,
+                         timeout=scaled(120))
     assert run.returncode == 0, run.stderr[-3000:]
     lines = run.stdout.splitlines()
     assert "committed" in lines, run.stdout[-2000:] + run.stderr[-3000:]
@@ -63,7 +64,7 @@ def test_java_consumer_with_consumer_protocol(compiled: str, broker: EmbeddedBro
     check = Consumer({"bootstrap.servers": bs, "group.id": group})
     try:
         committed = check.committed([TopicPartition(topic_name, p) for p in range(3)],
-                                    timeout=10)
+                                    timeout=scaled(10))
         assert [tp.offset for tp in committed] == [10, 10, 10]
     finally:
         check.close()
@@ -76,7 +77,7 @@ def test_java_and_librdkafka_members_share_a_group(compiled: str, broker: Embedd
     consumed exactly once across the two; when Java leaves, its partitions come back."""
     bs = broker.bootstrap_servers
     admin = AdminClient({"bootstrap.servers": bs})
-    admin.create_topics([NewTopic(topic_name, 4, 1)])[topic_name].result(timeout=10)
+    admin.create_topics([NewTopic(topic_name, 4, 1)])[topic_name].result(timeout=scaled(10))
     group = f"mixed-{uuid.uuid4().hex[:8]}"
     journal: list[Any] = []
     a = Member(bs, group, [topic_name], journal, "a")
@@ -84,7 +85,7 @@ def test_java_and_librdkafka_members_share_a_group(compiled: str, broker: Embedd
     try:
         wait_until(lambda: len(a.owned) == 4, 30, "librdkafka owns all four partitions")
         java = subprocess.Popen([jvm.java_executable(), "-cp", compiled, "Kip848Consumer", bs,
-                                 group, topic_name, "20"], stdout=subprocess.PIPE,
+                                 group, topic_name, "20", str(scaled(60))], stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, text=True)
         lines: list[str] = []
         reader = threading.Thread(target=lambda: lines.extend(java.stdout or []), daemon=True)
@@ -93,8 +94,8 @@ def test_java_and_librdkafka_members_share_a_group(compiled: str, broker: Embedd
             line.startswith("owned ") and line.count(",") == 1 for line in lines), 60,
             "two partitions each")
         produce(bs, topic_name, 4, 10)
-        assert java.wait(90) == 0
-        reader.join(10)
+        assert java.wait(scaled(90)) == 0
+        reader.join(scaled(10))
         assert "committed" in [line.strip() for line in lines]
         java_records = [(topic_name, int(p), int(o)) for _, p, o, _ in
                         (line.split(" ") for line in lines if line.startswith("record "))]

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
 
-from headrace.testing import EmbeddedBroker
+from headrace.testing import EmbeddedBroker, scaled
 from tests.integration.test_compaction import FAST_CLEANER, read_with_tombstones, set_configs
 from tests.integration.txn_support import wait_for
 
@@ -51,7 +51,8 @@ def fast_broker() -> Iterator[EmbeddedBroker]:
 def write(bootstrap: str, topic: str, count: int, keys: int, seed: int) -> list[tuple[int, int]]:
     rng = random.Random(seed)
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, 1, 1, config={"segment.bytes": "4096"})])[topic].result(10)
+    admin.create_topics([NewTopic(topic, 1, 1, config={"segment.bytes": "4096"})])[topic].result(
+        scaled(10))
     stamps: list[tuple[int, int]] = []
     for chunk, codec in enumerate(("none", "gzip", "snappy", "lz4", "zstd")):
         producer = Producer({"bootstrap.servers": bootstrap, "compression.type": codec,
@@ -68,8 +69,8 @@ def write(bootstrap: str, topic: str, count: int, keys: int, seed: int) -> list[
             producer.produce(topic, key=b"k%d" % rng.randrange(keys), value=b"v%d-%d" % (chunk, i),
                              partition=0, timestamp=ts, on_delivery=on_delivery)
             if rng.random() < 0.05:
-                producer.flush(10)  # batch boundaries at random
-        assert producer.flush(10) == 0
+                producer.flush(scaled(10))  # batch boundaries at random
+        assert producer.flush(scaled(10)) == 0
     return sorted(stamps)
 
 
@@ -79,7 +80,7 @@ def plain(fast_broker: EmbeddedBroker) -> Dataset:
     stamps = write(bootstrap, "times-plain", 1500, keys=10**6, seed=1)
     admin = AdminClient({"bootstrap.servers": bootstrap})
     deleted = admin.delete_records([TopicPartition("times-plain", 0, 100)])
-    assert next(iter(deleted.values())).result(10).low_watermark == 100
+    assert next(iter(deleted.values())).result(scaled(10)).low_watermark == 100
     return Dataset(bootstrap, "times-plain", stamps, 100)
 
 
@@ -100,7 +101,7 @@ def offsets_for_times(consumer: Consumer, topic: str, targets: list[int]) -> lis
     checks those)."""
     out = []
     for target in targets:
-        (tp,) = consumer.offsets_for_times([TopicPartition(topic, 0, target)], timeout=10)
+        (tp,) = consumer.offsets_for_times([TopicPartition(topic, 0, target)], timeout=scaled(10))
         out.append(tp.offset if tp.offset >= 0 else -1)
     return out
 

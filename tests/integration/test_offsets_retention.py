@@ -10,7 +10,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from headrace.testing import EmbeddedBroker
+from headrace.testing import EmbeddedBroker, scaled
 from tests.integration.txn_support import wait_for
 
 RETENTION_S = 3.0
@@ -21,7 +21,7 @@ FAST_EXPIRY = ["--offsets-retention-minutes", str(RETENTION_S / 60),
 def committed(bootstrap: str, group: str, topic: str) -> int:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     try:
-        return int(c.committed([TopicPartition(topic, 0)], timeout=10)[0].offset)
+        return int(c.committed([TopicPartition(topic, 0)], timeout=scaled(10))[0].offset)
     finally:
         c.close()
 
@@ -37,7 +37,7 @@ def standalone_commit(bootstrap: str, group: str, topic: str, offset: int) -> No
 
 def listed_groups(bootstrap: str) -> set[str]:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    result = admin.list_consumer_groups().result(10)
+    result = admin.list_consumer_groups().result(scaled(10))
     return {g.group_id for g in result.valid}
 
 
@@ -46,11 +46,11 @@ def test_offsets_expire_after_retention_but_not_while_the_group_has_members(
     with EmbeddedBroker(data_dir=tmp_path, extra_args=FAST_EXPIRY) as broker:
         bootstrap = broker.bootstrap_servers
         admin = AdminClient({"bootstrap.servers": bootstrap})
-        admin.create_topics([NewTopic("t", 1)])["t"].result(10)
+        admin.create_topics([NewTopic("t", 1)])["t"].result(scaled(10))
         p = Producer({"bootstrap.servers": bootstrap})
         for i in range(5):
             p.produce("t", b"v%d" % i)
-        p.flush(10)
+        p.flush(scaled(10))
 
         standalone_commit(bootstrap, "standalone", "t", 3)
         assert committed(bootstrap, "standalone", "t") == 3
@@ -59,8 +59,9 @@ def test_offsets_expire_after_retention_but_not_while_the_group_has_members(
                            "auto.offset.reset": "earliest", "enable.auto.commit": False,
                            "session.timeout.ms": 6000})
         member.subscribe(["t"])
-        read = 0
+        read, deadline = 0, time.monotonic() + scaled(30)
         while read < 5:
+            assert time.monotonic() < deadline, f"the member read only {read} records"
             if (m := member.poll(1.0)) is not None and not m.error():
                 read += 1
         member.commit(asynchronous=False)

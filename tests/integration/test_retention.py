@@ -23,7 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 from kafka import KafkaAdminClient, KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
 
-from headrace.testing import EmbeddedBroker
+from headrace.testing import EmbeddedBroker, scaled
 from tests.integration.test_compaction import set_configs
 from tests.integration.txn_support import wait_for
 
@@ -38,7 +38,7 @@ def retention_broker() -> Iterator[EmbeddedBroker]:
 
 def create(bootstrap: str, topic: str, **configs: str) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, 1, 1, config=configs)])[topic].result(10)
+    admin.create_topics([NewTopic(topic, 1, 1, config=configs)])[topic].result(scaled(10))
 
 
 def produce_one_per_batch(bootstrap: str, topic: str, timestamps: list[int]) -> None:
@@ -46,7 +46,7 @@ def produce_one_per_batch(bootstrap: str, topic: str, timestamps: list[int]) -> 
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
     for i, ts in enumerate(timestamps):
         producer.produce(topic, key=b"k", value=b"record-%03d" % i, partition=0, timestamp=ts)
-        assert producer.flush(10) == 0
+        assert producer.flush(scaled(10)) == 0
 
 
 def now_ms() -> int:
@@ -56,7 +56,7 @@ def now_ms() -> int:
 def earliest(bootstrap: str, topic: str) -> int:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     tp = TopicPartition(topic, 0)
-    return int(admin.list_offsets({tp: OffsetSpec.earliest()})[tp].result(10).offset)
+    return int(admin.list_offsets({tp: OffsetSpec.earliest()})[tp].result(scaled(10)).offset)
 
 
 def offsets_read(bootstrap: str, topic: str, start: int = 0, reset: str = "earliest",
@@ -67,7 +67,7 @@ def offsets_read(bootstrap: str, topic: str, start: int = 0, reset: str = "earli
                          "auto.offset.reset": reset})
     consumer.assign([TopicPartition(topic, 0, start)])
     got: list[int] = []
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + scaled(20)
     try:
         while time.monotonic() < deadline:
             for msg in consumer.consume(100, 0.2):
@@ -123,12 +123,13 @@ def test_consumer_below_the_log_start_resets(retention_broker: EmbeddedBroker, t
     produce_one_per_batch(bootstrap, topic_name, [now_ms() + i for i in range(10)])
     admin = AdminClient({"bootstrap.servers": bootstrap})
     result = admin.delete_records([TopicPartition(topic_name, 0, 6)])
-    assert next(iter(result.values())).result(10).low_watermark == 6
+    assert next(iter(result.values())).result(scaled(10)).low_watermark == 6
     if reset == "earliest":
         assert offsets_read(bootstrap, topic_name, start=2, reset=reset, expect=4) == [6, 7, 8, 9]
         # kafka-python too: an out-of-range position resets to the log start.
         consumer = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                                 enable_auto_commit=False, consumer_timeout_ms=3000)
+                                 enable_auto_commit=False,
+                                 consumer_timeout_ms=int(scaled(3000)))
         tp = KpTopicPartition(topic_name, 0)
         consumer.assign([tp])
         consumer.seek(tp, 1)
@@ -138,11 +139,13 @@ def test_consumer_below_the_log_start_resets(retention_broker: EmbeddedBroker, t
         consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "latest-reader",
                              "auto.offset.reset": "latest", "enable.auto.commit": False})
         consumer.assign([TopicPartition(topic_name, 0, 2)])
-        deadline = time.monotonic() + 2  # fetch at 2, OFFSET_OUT_OF_RANGE, reset to the end
+        # Time for the fetch at 2, OFFSET_OUT_OF_RANGE and the reset to the end (which must
+        # come before the next record): the machine's pace, so scaled.
+        deadline = time.monotonic() + scaled(2)
         while time.monotonic() < deadline:
             assert consumer.poll(0.1) is None  # records 6..9 are skipped
         produce_one_per_batch(bootstrap, topic_name, [now_ms()])
-        msg = consumer.poll(10)
+        msg = consumer.poll(scaled(10))
         assert msg is not None and msg.error() is None and msg.offset() == 10
         consumer.close()
 
@@ -156,8 +159,9 @@ def test_delete_records(tmp_path: Path) -> None:
 
         def delete(offset: int, topic: str = "t") -> int:
             admin = AdminClient({"bootstrap.servers": bootstrap})
-            result = admin.delete_records([TopicPartition(topic, 0, offset)], request_timeout=10)
-            return int(next(iter(result.values())).result(10).low_watermark)
+            result = admin.delete_records([TopicPartition(topic, 0, offset)],
+                                          request_timeout=scaled(10))
+            return int(next(iter(result.values())).result(scaled(10)).low_watermark)
 
         assert delete(7) == 7
         assert earliest(bootstrap, "t") == 7

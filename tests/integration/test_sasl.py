@@ -19,14 +19,14 @@ from kafka import KafkaProducer
 from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
-from headrace.testing import EmbeddedBroker
+from headrace.testing import EmbeddedBroker, scaled
 from tests.integration.rawclient import RawClient
 from tests.integration.tls_support import Pki
 
 
 def users(b: EmbeddedBroker, *args: str, password: str = "") -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "headrace", "users", *args, "-b",
-                           b.bootstrap_servers], capture_output=True, text=True, timeout=60,
+                           b.bootstrap_servers], capture_output=True, text=True, timeout=scaled(60),
                           env={**os.environ, "HEADRACE_USER_PASSWORD": password,
                                "COLUMNS": "200"})
 
@@ -60,8 +60,8 @@ def test_librdkafka_logs_in_and_produces(sasl_broker: EmbeddedBroker, mechanism:
     topic = f"sasl-{uuid.uuid4().hex[:6]}"
     p = Producer(sasl(sasl_broker, mechanism))
     p.produce(topic, b"hello")
-    assert p.flush(30) == 0
-    brokers = AdminClient(sasl(sasl_broker, mechanism)).list_topics(timeout=10).brokers
+    assert p.flush(scaled(30)) == 0
+    brokers = AdminClient(sasl(sasl_broker, mechanism)).list_topics(timeout=scaled(10)).brokers
     assert [f"{b.host}:{b.port}" for b in brokers.values()] == [
         sasl_broker.listeners["SASL_PLAINTEXT"]]
 
@@ -69,14 +69,14 @@ def test_librdkafka_logs_in_and_produces(sasl_broker: EmbeddedBroker, mechanism:
 def test_scram_over_tls(sasl_broker: EmbeddedBroker, pki: Pki) -> None:
     p = Producer(sasl(sasl_broker, "SCRAM-SHA-512", "bob", "bob-secret", tls=pki))
     p.produce(f"sasl-tls-{uuid.uuid4().hex[:6]}", b"hello")
-    assert p.flush(30) == 0
+    assert p.flush(scaled(30)) == 0
 
 
 def test_kafka_python_scram(sasl_broker: EmbeddedBroker) -> None:
     producer = KafkaProducer(bootstrap_servers=sasl_broker.listeners["SASL_PLAINTEXT"],
                              security_protocol="SASL_PLAINTEXT", sasl_mechanism="SCRAM-SHA-256",
                              sasl_plain_username="bob", sasl_plain_password="bob-secret")
-    producer.send(f"sasl-kp-{uuid.uuid4().hex[:6]}", b"hi").get(timeout=30)
+    producer.send(f"sasl-kp-{uuid.uuid4().hex[:6]}", b"hi").get(timeout=scaled(30))
     producer.close()
 
 
@@ -88,13 +88,13 @@ def test_bad_logins_are_refused(sasl_broker: EmbeddedBroker, mechanism: str, use
     errors: list[Any] = []
     producer = Producer(sasl(sasl_broker, mechanism, user, password, log_level=0,
                              error_cb=errors.append))
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + scaled(10)
     while not errors and time.monotonic() < deadline:
         producer.poll(0.2)
     assert errors and errors[0].code() == KafkaError._AUTHENTICATION, errors
     assert "Authentication failed" in errors[0].str()
     # ... and the broker serves everyone else.
-    AdminClient(sasl(sasl_broker, "SCRAM-SHA-256")).list_topics(timeout=10)
+    AdminClient(sasl(sasl_broker, "SCRAM-SHA-256")).list_topics(timeout=scaled(10))
 
 
 def test_protocol_level_refusals(sasl_broker: EmbeddedBroker) -> None:
@@ -120,8 +120,9 @@ def test_users_are_managed_through_the_admin_api(sasl_broker: EmbeddedBroker) ->
         in listed.stdout, listed.stderr
     assert users(sasl_broker, "add", "carol", "--mechanism", "SCRAM-SHA-256",
                  password="c-pass").returncode == 0
-    AdminClient(sasl(sasl_broker, "SCRAM-SHA-256", "carol", "c-pass")).list_topics(timeout=10)
-    AdminClient(sasl(sasl_broker, "PLAIN", "carol", "c-pass")).list_topics(timeout=10)
+    AdminClient(sasl(sasl_broker, "SCRAM-SHA-256", "carol", "c-pass")).list_topics(
+        timeout=scaled(10))
+    AdminClient(sasl(sasl_broker, "PLAIN", "carol", "c-pass")).list_topics(timeout=scaled(10))
     deleted = users(sasl_broker, "delete", "carol")
     assert deleted.returncode == 0 and "deleted carol (SCRAM-SHA-256)" in deleted.stdout
     with pytest.raises(KafkaException):
@@ -136,7 +137,7 @@ def test_users_are_managed_through_the_admin_api(sasl_broker: EmbeddedBroker) ->
 
 def test_credentials_survive_a_restart(sasl_broker: EmbeddedBroker) -> None:
     sasl_broker.restart()
-    AdminClient(sasl(sasl_broker, "SCRAM-SHA-512")).list_topics(timeout=10)
+    AdminClient(sasl(sasl_broker, "SCRAM-SHA-512")).list_topics(timeout=scaled(10))
 
 
 def test_aiokafka_scram_over_tls(sasl_broker: EmbeddedBroker, pki: Pki) -> None:

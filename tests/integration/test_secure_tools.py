@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from headrace.testing import ConsoleProcess, EmbeddedBroker, SchemaRegistryProcess
+from headrace.testing import ConsoleProcess, EmbeddedBroker, SchemaRegistryProcess, scaled
 from tests.integration.test_sasl import users
 from tests.integration.tls_support import Pki
 
@@ -50,7 +50,7 @@ def headrace(broker: EmbeddedBroker, config: Path, *args: str,
     """``headrace --command-config CONFIG ARGS -b <the SASL_SSL listener>``."""
     return subprocess.run([sys.executable, "-m", "headrace", "--command-config", str(config),
                            *args, "-b", broker.listeners["SECURE"]], input=stdin,
-                          capture_output=True, text=True, timeout=90,
+                          capture_output=True, text=True, timeout=scaled(90),
                           env={**os.environ, "COLUMNS": "200"})
 
 
@@ -84,7 +84,7 @@ def test_a_wrong_password_is_a_clear_error(broker: EmbeddedBroker, pki: Pki,
     assert "cannot log in at" in done.stderr and "Authentication failed" in done.stderr, \
         done.stderr
     done = subprocess.run([sys.executable, "-m", "headrace", "-X", "no-equals-sign",
-                           "topics", "list"], capture_output=True, text=True, timeout=60,
+                           "topics", "list"], capture_output=True, text=True, timeout=scaled(60),
                           env={**os.environ, "COLUMNS": "200"})
     assert done.returncode == 2 and "is not KEY=VALUE" in done.stderr
 
@@ -96,12 +96,12 @@ def test_the_registry_over_sasl_ssl(broker: EmbeddedBroker, pki: Pki) -> None:
         request = urllib.request.Request(
             f"{registry.url}/subjects/secure-value/versions", data=body, method="POST",
             headers={"Content-Type": "application/vnd.schemaregistry.v1+json"})
-        with urllib.request.urlopen(request, timeout=30) as response:
+        with urllib.request.urlopen(request, timeout=scaled(30)) as response:
             assert json.load(response)["id"] >= 1
     # the schema is in the log, written over SASL_SSL
     listed = subprocess.run([sys.executable, "-m", "headrace", "topics", "list", "-b",
                              broker.bootstrap_servers], capture_output=True, text=True,
-                            timeout=60)
+                            timeout=scaled(60))
     assert "_secure_schemas" in listed.stdout
 
 
@@ -109,7 +109,7 @@ def test_the_console_over_sasl_ssl(broker: EmbeddedBroker, pki: Pki,
                                    command_config: Path) -> None:
     assert headrace(broker, command_config, "topics", "create", "secure-console").returncode == 0
     with ConsoleProcess(broker.listeners["SECURE"], client_config=settings(pki)) as console, \
-            urllib.request.urlopen(f"{console.url}/topics", timeout=60) as response:
+            urllib.request.urlopen(f"{console.url}/topics", timeout=scaled(60)) as response:
         assert "secure-console" in response.read().decode()
 
 

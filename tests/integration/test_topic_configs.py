@@ -36,7 +36,7 @@ from kafka.admin import NewTopic as KpNewTopic
 from kafka.errors import InvalidConfigurationError
 from kafka.protocol.admin import DescribeConfigsRequest
 
-from headrace.testing import EmbeddedBroker
+from headrace.testing import EmbeddedBroker, scaled
 from tests.integration.rawclient import RawClient
 from tests.integration.test_cli import cli, failed, ok, table_rows
 
@@ -66,13 +66,14 @@ def admin(broker: EmbeddedBroker) -> AdminClient:
 
 def create(broker: EmbeddedBroker, topic: str, **configs: str) -> None:
     client = admin(broker)  # kept alive until the answer: dropping it cancels the request
-    client.create_topics([NewTopic(topic, 1, 1, config=configs)])[topic].result(10)
+    client.create_topics([NewTopic(topic, 1, 1, config=configs)])[topic].result(scaled(10))
 
 
 def describe(broker: EmbeddedBroker, topic: str) -> dict[str, ConfigEntry]:
     client = admin(broker)
     resource = ConfigResource(ResourceType.TOPIC, topic)
-    result: dict[str, ConfigEntry] = client.describe_configs([resource])[resource].result(10)
+    result: dict[str, ConfigEntry] = client.describe_configs([resource])[resource].result(
+        scaled(10))
     return result
 
 
@@ -80,7 +81,7 @@ def incremental(broker: EmbeddedBroker, topic: str, *ops: tuple[str, str, AlterC
     client = admin(broker)
     resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
         ConfigEntry(k, v, incremental_operation=op) for k, v, op in ops])
-    client.incremental_alter_configs([resource])[resource].result(10)
+    client.incremental_alter_configs([resource])[resource].result(scaled(10))
 
 
 @pytest.mark.parametrize(("configs", "message"), BAD_CONFIGS)
@@ -184,7 +185,7 @@ def produce_result(broker: EmbeddedBroker, topic: str, key: bytes | None, value:
     result: list[tuple[KafkaError | None, object]] = []
     producer.produce(topic, key=key, value=value, timestamp=timestamp,
                      on_delivery=lambda err, msg: result.append((err, msg)))
-    producer.flush(10)
+    producer.flush(scaled(10))
     return result[0]
 
 
@@ -215,14 +216,14 @@ def test_log_append_time(broker: EmbeddedBroker, topic_name: str) -> None:
     assert kind == TIMESTAMP_LOG_APPEND_TIME and before <= ts <= after
     consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "lat"})
     consumer.assign([TopicPartition(topic_name, 0, 0)])
-    got = consumer.poll(10)
+    got = consumer.poll(scaled(10))
     consumer.close()
     assert got is not None and got.error() is None
     assert got.timestamp() == (TIMESTAMP_LOG_APPEND_TIME, ts)
     kp = KafkaConsumer(bootstrap_servers=broker.bootstrap_servers, auto_offset_reset="earliest")
     kp.assign([KpTopicPartition(topic_name, 0)])
     records = []
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + scaled(10)
     while not records and time.monotonic() < deadline:
         for batch in kp.poll(timeout_ms=200).values():
             records += batch

@@ -10,7 +10,7 @@ from kafka.protocol.consumer import FetchRequest
 from kafka.protocol.metadata import MetadataRequest
 
 from headrace.protocol.errors import ErrorCode
-from headrace.testing import EmbeddedBroker
+from headrace.testing import EmbeddedBroker, scaled
 from tests.integration.rawclient import RawClient
 
 _FT = FetchRequest.FetchTopic
@@ -19,11 +19,11 @@ _FP = _FT.FetchPartition
 
 def _setup(broker: EmbeddedBroker, topic: str) -> uuid.UUID:
     admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
-    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(timeout=10)
+    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(timeout=scaled(10))
     producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
     for i in range(3):
         producer.produce(topic, value=f"v{i}".encode(), partition=1)
-    assert producer.flush(10) == 0
+    assert producer.flush(scaled(10)) == 0
     client = RawClient(broker.bootstrap_servers)
     try:
         meta = client.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(

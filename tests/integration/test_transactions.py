@@ -45,7 +45,7 @@ from kafka.protocol.producer import (
     TxnOffsetCommitRequest,
 )
 
-from headrace.testing import EmbeddedBroker
+from headrace.testing import EmbeddedBroker, scaled
 from tests.integration import eos_worker
 from tests.integration.rawclient import RawClient
 from tests.integration.tcp_proxy import KafkaProxy
@@ -82,13 +82,13 @@ def write_input(bootstrap: str, topic: str, count: int) -> list[int]:
         for i in range(start, min(start + 500, count)):
             producer.produce(topic, key=b"%d" % i, value=b"a-%06d" % i,
                              partition=i % LOOP_PARTITIONS, on_delivery=on_delivery)
-        producer.commit_transaction(30)
+        producer.commit_transaction(scaled(30))
         producer.begin_transaction()
         for i in range(10):
             producer.produce(topic, value=b"junk", partition=i % LOOP_PARTITIONS)
-        producer.flush(30)  # librdkafka purges unsent messages on abort
-        producer.abort_transaction(30)
-    producer.flush(30)
+        producer.flush(scaled(30))  # librdkafka purges unsent messages on abort
+        producer.abort_transaction(scaled(30))
+    producer.flush(scaled(30))
     return ends
 
 
@@ -141,7 +141,7 @@ def test_consume_transform_produce_is_exactly_once_across_kill_9_of_the_loop(
                 else:
                     wait_for("the worker's assignment",
                              lambda: any(x.startswith("assigned") for x in workers.lines())
-                             or workers.reap(), timeout=15)
+                             or workers.reap(), timeout=30)
                     time.sleep(rng.uniform(0.01, 0.4))
                 workers.kill()
                 lines = workers.lines()
@@ -191,7 +191,7 @@ def test_consume_transform_produce_is_exactly_once_across_kill_9_of_the_broker(
         for _ in range(broker_kills):
             seen = transactions_committed()
             wait_for("the loop to make progress",
-                     lambda s=seen: transactions_committed() >= s + 3, timeout=15)
+                     lambda s=seen: transactions_committed() >= s + 3, timeout=30)
             time.sleep(rng.uniform(0, 0.05))
             broker.kill()
             lines = workers.lines()
@@ -227,7 +227,7 @@ def kafka_python_values(bootstrap: str, topic: str, isolation: str) -> list[byte
         consumer.seek_to_beginning(tp)
         end = consumer.end_offsets([tp])[tp]
         out: list[bytes] = []
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + scaled(20)
         while consumer.position(tp) < end:
             assert time.monotonic() < deadline, f"kafka-python stuck at {consumer.position(tp)}"
             for records in consumer.poll(100).values():
@@ -248,7 +248,7 @@ def aiokafka_values(bootstrap: str, topic: str, isolation: str) -> list[bytes]:
             await consumer.seek_to_beginning(tp)
             end = (await consumer.end_offsets([tp]))[tp]
             out: list[bytes] = []
-            deadline = time.monotonic() + 20
+            deadline = time.monotonic() + scaled(20)
             while await consumer.position(tp) < end:
                 assert time.monotonic() < deadline, "aiokafka stuck"
                 for records in (await consumer.getmany(tp, timeout_ms=100)).values():
@@ -277,11 +277,11 @@ def produce_in_transaction(producer: Producer, topic: str, values: list[bytes],
     for v in values:
         producer.produce(topic, value=v, partition=0)
     if commit:
-        producer.commit_transaction(30)
+        producer.commit_transaction(scaled(30))
         return
-    producer.flush(30)
+    producer.flush(scaled(30))
     if commit is False:
-        producer.abort_transaction(30)
+        producer.abort_transaction(scaled(30))
 
 
 @pytest.mark.parametrize("reader", sorted(READERS))
@@ -300,7 +300,7 @@ def test_aborted_transactions_are_hidden_from_read_committed_readers_only(
         written += values
         committed += values if commit else []
         plain.produce(topic_name, value=f"plain-after-{name}".encode(), partition=0)
-        plain.flush(10)
+        plain.flush(scaled(10))
         written.append(f"plain-after-{name}".encode())
         committed.append(f"plain-after-{name}".encode())
     # Two transactions interleaved batch by batch: one aborts, the other commits.
@@ -310,10 +310,10 @@ def test_aborted_transactions_are_hidden_from_read_committed_readers_only(
     for i in range(3):
         for p, name in ((producer, "ia"), (other, "ib")):
             p.produce(topic_name, value=f"{name}-{i}".encode(), partition=0)
-            p.flush(10)
+            p.flush(scaled(10))
             written.append(f"{name}-{i}".encode())
-    other.commit_transaction(30)
-    producer.abort_transaction(30)
+    other.commit_transaction(scaled(30))
+    producer.abort_transaction(scaled(30))
     committed += [b"ib-0", b"ib-1", b"ib-2"]
     read = READERS[reader]
     assert read(bootstrap, topic_name, "read_committed") == committed
@@ -329,7 +329,7 @@ def list_latest(bootstrap: str, topic: str) -> tuple[int, int]:
                             (IsolationLevel.READ_UNCOMMITTED, KpIsolation.READ_UNCOMMITTED)):
         tp = TopicPartition(topic, 0)
         offset = admin.list_offsets({tp: OffsetSpec.latest()},
-                                    isolation_level=level)[tp].result(10).offset
+                                    isolation_level=level)[tp].result(scaled(10)).offset
         kp = KafkaAdminClient(bootstrap_servers=bootstrap)
         try:
             kp_tp = KafkaTopicPartition(topic, 0)
@@ -353,9 +353,9 @@ def test_list_offsets_read_committed_answers_the_last_stable_offset(
     assert list_latest(bootstrap, topic_name) == (4, 8)  # LSO: the open transaction's start
     plain = Producer({"bootstrap.servers": bootstrap})
     plain.produce(topic_name, value=b"p8", partition=0)
-    plain.flush(10)
+    plain.flush(scaled(10))
     assert list_latest(bootstrap, topic_name) == (4, 9)  # still held back
-    producer.commit_transaction(30)  # marker 9
+    producer.commit_transaction(scaled(30))  # marker 9
     assert list_latest(bootstrap, topic_name) == (10, 10)
 
 
@@ -371,12 +371,12 @@ def test_read_committed_consumer_sees_an_open_transaction_only_once_committed(
     # After the open transaction: another transaction commits, a plain record is written.
     produce_in_transaction(second, topic_name, [b"later-txn"], True)
     plain.produce(topic_name, value=b"later-plain", partition=0)
-    plain.flush(10)
+    plain.flush(scaled(10))
     with Reader(bootstrap, topic_name) as reader:
         # EOF at the last stable offset: everything this reader may see, it has seen.
         reader.read_to_end()
         assert reader.values() == [b"before-1", b"before-2"]
-        first.commit_transaction(30)
+        first.commit_transaction(scaled(30))
         wait_for("the committed transaction",
                  lambda: reader.poll_once() is not None and len(reader.values()) >= 6)
         assert reader.values() == [b"before-1", b"before-2", b"open-1", b"open-2",
@@ -386,7 +386,7 @@ def test_read_committed_consumer_sees_an_open_transaction_only_once_committed(
         produce_in_transaction(second, topic_name, [b"survivor"], True)
         reader.read_to_end()
         assert reader.values()[6:] == []
-        first.abort_transaction(30)
+        first.abort_transaction(scaled(30))
         wait_for("the transaction committed after the aborted one",
                  lambda: reader.poll_once() is not None and len(reader.values()) >= 7)
         assert reader.values()[6:] == [b"survivor"]
@@ -409,7 +409,7 @@ def test_a_zombie_producer_is_fenced_and_its_open_transaction_aborted(
     successor = transactional_producer(bootstrap, tid)  # fences the zombie
     with pytest.raises(KafkaException) as excinfo:
         zombie.produce(topic_name, value=b"zombie-3", partition=0)
-        zombie.commit_transaction(10)
+        zombie.commit_transaction(scaled(10))
     err = excinfo.value.args[0]
     assert err.fatal() and err.code() in FENCED, err
     produce_in_transaction(successor, topic_name, [b"successor"], True)
@@ -426,7 +426,7 @@ def seed_input(bootstrap: str, topic: str, count: int) -> None:
     plain = Producer({"bootstrap.servers": bootstrap})
     for i in range(count):
         plain.produce(topic, value=b"in-%d" % i, partition=0)
-    plain.flush(10)
+    plain.flush(scaled(10))
 
 
 def test_kafka_python_transactional_producer(broker: EmbeddedBroker, topic_name: str) -> None:
@@ -443,7 +443,7 @@ def test_kafka_python_transactional_producer(broker: EmbeddedBroker, topic_name:
         tp = KafkaTopicPartition(source, 0)
         for commit in (True, False, True):
             batch: list[Any] = []
-            deadline = time.monotonic() + 20
+            deadline = time.monotonic() + scaled(20)
             while not batch:
                 assert time.monotonic() < deadline, "kafka-python consumer got nothing"
                 batch = consumer.poll(200).get(tp, [])
@@ -516,7 +516,7 @@ def test_a_silent_transaction_is_aborted_after_its_timeout_and_its_producer_fenc
     produce_in_transaction(silent, topic_name, [b"stuck-1", b"stuck-2"], None)
     plain = Producer({"bootstrap.servers": bootstrap})
     plain.produce(topic_name, value=b"after", partition=0)
-    plain.flush(10)
+    plain.flush(scaled(10))
     with Reader(bootstrap, topic_name) as reader:
         reader.read_to_end()
         if describe(bootstrap, tid).state == "Ongoing":  # (a very slow machine may be late)
@@ -529,7 +529,7 @@ def test_a_silent_transaction_is_aborted_after_its_timeout_and_its_producer_fenc
     assert aborted_after >= timeout_s, aborted_after  # not before its timeout
     assert describe(bootstrap, tid).state == "CompleteAbort"
     with pytest.raises(KafkaException) as excinfo:
-        silent.commit_transaction(10)
+        silent.commit_transaction(scaled(10))
     err = excinfo.value.args[0]
     assert err.code() in FENCED, err
 
@@ -543,7 +543,8 @@ def test_a_transaction_left_open_across_a_broker_crash_still_times_out(tmp_path:
         tid = "crashed-open"
         # Long enough for the restart, the describe, a produce and a read to happen before
         # it runs out on a loaded machine (3 s was not, in one CI run).
-        producer = transactional_producer(bootstrap, tid, **{"transaction.timeout.ms": 15_000})
+        producer = transactional_producer(bootstrap, tid,
+                                          **{"transaction.timeout.ms": int(scaled(15_000))})
         produce_in_transaction(producer, "t", [b"committed"], True)
         produce_in_transaction(producer, "t", [b"left-open"], None)
         broker.kill()
@@ -551,7 +552,7 @@ def test_a_transaction_left_open_across_a_broker_crash_still_times_out(tmp_path:
         assert describe(bootstrap, tid).state == "Ongoing"
         plain = Producer({"bootstrap.servers": bootstrap})
         plain.produce("t", value=b"after-restart", partition=0)
-        plain.flush(10)
+        plain.flush(scaled(10))
         with Reader(bootstrap, "t") as reader:
             reader.read_to_end()
             assert reader.values() == [b"committed"]
@@ -587,11 +588,12 @@ def test_transactions_are_listed_and_described(broker: EmbeddedBroker, topic_nam
     bootstrap = broker.bootstrap_servers
     tid = f"{topic_name}-txn"
     create_topics(bootstrap, [topic_name], partitions=2)
-    producer = transactional_producer(bootstrap, tid, **{"transaction.timeout.ms": 30_000})
+    timeout_ms = int(scaled(30_000))  # must not run out while the test looks at it
+    producer = transactional_producer(bootstrap, tid, **{"transaction.timeout.ms": timeout_ms})
     producer.begin_transaction()
     for p in (0, 1):
         producer.produce(topic_name, value=b"v", partition=p)
-    producer.flush(10)
+    producer.flush(scaled(10))
 
     row = listed(bootstrap)[tid]
     assert row.state == "Ongoing"
@@ -604,12 +606,12 @@ def test_transactions_are_listed_and_described(broker: EmbeddedBroker, topic_nam
 
     d = describe(bootstrap, tid)
     assert (d.state, d.producer_id, d.transaction_timeout_ms) == ("Ongoing", row.producer_id,
-                                                                   30_000)
+                                                                   timeout_ms)
     assert d.producer_epoch >= 0 and d.transaction_start_time_ms > 0
     assert d.topic_partitions == {KafkaTopicPartition(topic_name, 0),
                                   KafkaTopicPartition(topic_name, 1)}
 
-    producer.commit_transaction(10)
+    producer.commit_transaction(scaled(10))
     d = describe(bootstrap, tid)
     assert (d.state, d.topic_partitions) == ("CompleteCommit", set())
     assert listed(bootstrap)[tid].state == "CompleteCommit"
@@ -691,7 +693,7 @@ def produce_idempotently(client: str, bootstrap: str, topic: str, partitions: in
                 except BufferError:
                     producer.poll(0.01)
             producer.poll(0)
-        assert producer.flush(60) == 0
+        assert producer.flush(scaled(60)) == 0
         assert not failures, failures[:5]
     elif client == "kafka-python":
         kp = KafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, linger_ms=1,
@@ -699,7 +701,7 @@ def produce_idempotently(client: str, bootstrap: str, topic: str, partitions: in
         try:
             futures = [kp.send(topic, value=b"%06d" % i, partition=i % partitions)
                        for i in range(count)]
-            kp.flush(60)
+            kp.flush(scaled(60))
             acked = [(m.partition, m.offset) for m in (f.get(0) for f in futures)]
         finally:
             kp.close()
@@ -756,7 +758,8 @@ def test_txn_offset_commit_after_a_broker_restart_is_accepted(tmp_path: Path) ->
     with EmbeddedBroker(data_dir=tmp_path / "data") as broker:
         create_topics(broker.bootstrap_servers, ["in"])
         with RawClient(broker.bootstrap_servers) as c:
-            r = c.request(InitProducerIdRequest(transactional_id="t", transaction_timeout_ms=60_000,
+            r = c.request(InitProducerIdRequest(transactional_id="t",
+                                                transaction_timeout_ms=int(scaled(60_000)),
                                                 producer_id=-1, producer_epoch=-1), 2)
             pid, epoch = r.producer_id, r.producer_epoch
             assert c.request(AddOffsetsToTxnRequest(transactional_id="t", producer_id=pid,
@@ -778,7 +781,8 @@ def test_offset_fetch_require_stable_reports_pending_transactional_offsets(
                          "group.id": group}).consumer_group_metadata()
     producer.begin_transaction()
     producer.produce(topic_name, value=b"x", partition=0)
-    producer.send_offsets_to_transaction([TopicPartition(topic_name, 0, 5)], metadata, 10)
+    producer.send_offsets_to_transaction([TopicPartition(topic_name, 0, 5)], metadata,
+                                         scaled(10))
     try:
         with RawClient(bootstrap) as c:
             r = c.request(OffsetFetchRequest(
@@ -790,7 +794,7 @@ def test_offset_fetch_require_stable_reports_pending_transactional_offsets(
                                                        (UNSTABLE_OFFSET_COMMIT, 0)}, (
                 r.error_code, part.error_code, part.committed_offset)
     finally:
-        producer.abort_transaction(10)
+        producer.abort_transaction(scaled(10))
 
 
 def test_idempotent_init_producer_id_ignores_a_hint_and_allocates_a_fresh_id(

@@ -13,6 +13,8 @@ from typing import Any
 from confluent_kafka import Consumer, IsolationLevel, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
+from headrace.testing import scaled
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 Record = tuple[int, bytes | None, bytes]  # offset, key, value
@@ -21,7 +23,7 @@ Record = tuple[int, bytes | None, bytes]  # offset, key, value
 def create_topics(bootstrap: str, names: list[str], partitions: int = 1) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.create_topics([NewTopic(n, partitions, 1) for n in names]).values():
-        future.result(10)
+        future.result(scaled(10))
 
 
 class Stalled(AssertionError):
@@ -31,14 +33,14 @@ class Stalled(AssertionError):
 def wait_for(what: str, condition: Callable[[], Any], timeout: float = 30.0,
              interval: float = 0.02) -> Any:
     """Poll ``condition`` until it returns something truthy (returned); fail after
-    ``timeout`` seconds naming ``what``."""
-    deadline = time.monotonic() + timeout
+    ``scaled(timeout)`` seconds naming ``what``."""
+    deadline = time.monotonic() + scaled(timeout)
     while True:
         result = condition()
         if result:
             return result
         if time.monotonic() > deadline:
-            raise Stalled(f"timed out after {timeout}s waiting for {what}")
+            raise Stalled(f"timed out after {scaled(timeout):g}s waiting for {what}")
         time.sleep(interval)
 
 
@@ -88,12 +90,12 @@ class Reader:
                  else IsolationLevel.READ_UNCOMMITTED)
         futures = self.admin.list_offsets({tp: OffsetSpec.latest() for tp in self.partitions},
                                           isolation_level=level)
-        return {tp.partition: f.result(10).offset for tp, f in futures.items()}
+        return {tp.partition: f.result(scaled(10)).offset for tp, f in futures.items()}
 
     def read_to_end(self, timeout: float = 30.0) -> dict[int, list[Record]]:
         ends = self.ends()
         pending = {p for p, end in ends.items() if end > 0}
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + scaled(timeout)
         while pending:
             if time.monotonic() > deadline:
                 raise AssertionError(f"partitions {sorted(pending)} of {self.topic} not read "
@@ -128,7 +130,7 @@ def read_topic(bootstrap: str, topic: str, partitions: int = 1,
 def transactional_producer(bootstrap: str, transactional_id: str, **config: Any) -> Producer:
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id,
                          "linger.ms": 1, **config})
-    producer.init_transactions(30)
+    producer.init_transactions(scaled(30))
     return producer
 
 
@@ -208,7 +210,8 @@ def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
                          "enable.auto.commit": False, "isolation.level": "read_uncommitted"})
     try:
-        found = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], 10)
+        found = consumer.committed([TopicPartition(topic, p) for p in range(partitions)],
+                                   scaled(10))
         return [tp.offset for tp in found]
     finally:
         consumer.close()

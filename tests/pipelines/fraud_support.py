@@ -12,6 +12,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from headrace.pipelines.fraud.generator import FraudConfig, FraudTopics, ensure_topics, run
 from headrace.pipelines.fraud.truth import GroundTruth
+from headrace.testing import scaled
 from tests.spark.kafka_helpers import read_all
 from tests.spark.spark_workers.supervisor import SparkWorker
 
@@ -36,7 +37,7 @@ def create_topics(bootstrap: str, *names: str) -> None:
     ensure_topics(bootstrap, FraudTopics())
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for f in admin.create_topics([NewTopic(n, num_partitions=1) for n in names]).values():
-        f.result(30)
+        f.result(scaled(30))
 
 
 def alerts_of(bootstrap: str, topic: str = "fraud-alerts") -> list[dict[str, Any]]:
@@ -45,8 +46,10 @@ def alerts_of(bootstrap: str, topic: str = "fraud-alerts") -> list[dict[str, Any
 
 def settled_alerts(bootstrap: str, topic: str, quiet_s: float = 6.0,
                    timeout_s: float = 180.0) -> list[dict[str, Any]]:
-    """The alerts once none has arrived for ``quiet_s`` (after at least one did)."""
-    deadline = time.monotonic() + timeout_s
+    """The alerts once none has arrived for ``quiet_s`` (after at least one did). Both
+    durations are scaled: a slower machine spaces its alerts further apart."""
+    quiet_s = scaled(quiet_s)
+    deadline = time.monotonic() + scaled(timeout_s)
     seen, since = -1, time.monotonic()
     while time.monotonic() < deadline:
         n = len(read_all(bootstrap, topic))
@@ -61,7 +64,7 @@ def settled_alerts(bootstrap: str, topic: str, quiet_s: float = 6.0,
 def wait_for_profiles(worker: SparkWorker, profiles: int, timeout_s: float = 120.0) -> None:
     """Until the real-time worker reports (at a checkpoint) that it read ``profiles``
     profile records."""
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + scaled(timeout_s)
     while time.monotonic() < deadline:
         for event in reversed(worker.events()):
             if event.startswith("progress "):

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from headrace.testing import scaled
+
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 NOISE = re.compile(r"ERROR|WARN|Exception|Traceback|Python worker|log4j|%\d\|")
@@ -17,7 +19,7 @@ NOISE = re.compile(r"ERROR|WARN|Exception|Traceback|Python worker|log4j|%\d\|")
 def test_demo_bank_checks_hold_and_it_is_quiet() -> None:
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, COLUMNS="160")
     done = subprocess.run([sys.executable, "-m", "headrace", "demo", "bank"],
-                          capture_output=True, text=True, env=env, timeout=600, check=False)
+                          capture_output=True, text=True, env=env, timeout=scaled(600), check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
     checks = [ln for ln in out.splitlines() if ln.startswith(("ok ", "FAILED"))]

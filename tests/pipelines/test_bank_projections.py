@@ -11,7 +11,7 @@ from headrace.eventsourcing import EventStore, Repository
 from headrace.eventsourcing.projection import latest_by_key, read_event_log, write_projection
 from headrace.pipelines.bank.domain import Account, bank_events, transfer
 from headrace.pipelines.bank.projections import balances, daily_summary
-from headrace.testing import EmbeddedBroker
+from headrace.testing import EmbeddedBroker, scaled
 from tests.spark.kafka_helpers import forget_last_commit, read_all
 
 
@@ -50,7 +50,7 @@ def test_rebuilt_projection_equals_the_live_one(spark: SparkSession, broker: Emb
         forget_last_commit(tmp_path / "live-b")
         replay = write_projection(balances(events), bootstrap, f"{topic_name}.balances",
                                   str(tmp_path / "live-b"), rebuild=True)
-        replay.awaitTermination(120)
+        replay.awaitTermination(scaled(120))
         assert replay.exception() is None
         assert len(read_all(bootstrap, f"{topic_name}.balances")) == before
         rebuilt = [write_projection(balances(events), bootstrap, f"{topic_name}.balances2",
@@ -58,7 +58,7 @@ def test_rebuilt_projection_equals_the_live_one(spark: SparkSession, broker: Emb
                    write_projection(daily_summary(events), bootstrap, f"{topic_name}.daily2",
                                     str(tmp_path / "re-d"), rebuild=True)]
         for q in rebuilt:
-            q.awaitTermination(120)
+            q.awaitTermination(scaled(120))
             assert q.exception() is None
         live_balances = latest_by_key(bootstrap, f"{topic_name}.balances")
         assert live_balances == latest_by_key(bootstrap, f"{topic_name}.balances2")

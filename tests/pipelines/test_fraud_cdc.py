@@ -16,7 +16,7 @@ from headrace.cdc.connector import CdcConfig, Connector
 from headrace.pipelines.fraud import profiles_db
 from headrace.pipelines.fraud.pipeline import PipelineConfig, PipelineTopics, start
 from headrace.pipelines.fraud.stream import GeneratedEvent
-from headrace.testing import EmbeddedBroker, PostgresServer
+from headrace.testing import EmbeddedBroker, PostgresServer, scaled
 from tests.pipelines.fraud_support import alerts_of
 from tests.spark.kafka_helpers import produce, read_all
 
@@ -49,7 +49,7 @@ def test_a_profile_changed_in_postgres_changes_the_next_decision(
                                    args=(stop, lambda _lsn: ready.set()), daemon=True)
         capture.start()
         try:
-            assert ready.wait(60)
+            assert ready.wait(scaled(60))
             topics = PipelineTopics(profiles=f"fraud.{profiles_db.TABLE}")
             t0 = int(time.time() * 1000)
 
@@ -57,11 +57,11 @@ def test_a_profile_changed_in_postgres_changes_the_next_decision(
                 query = start(spark, PipelineConfig(
                     bootstrap, str(tmp_path / "cp"), topics=topics, available_now=True,
                     profiles_envelope="debezium"))
-                query.awaitTermination(300)
+                query.awaitTermination(scaled(300))
                 assert query.exception() is None, query.exception()
 
             def profile_records(n: int) -> None:
-                deadline = time.monotonic() + 30
+                deadline = time.monotonic() + scaled(30)
                 while len(read_all(bootstrap, topics.profiles)) < n:
                     assert time.monotonic() < deadline, "CDC did not deliver the profile"
                     time.sleep(0.2)
@@ -80,5 +80,5 @@ def test_a_profile_changed_in_postgres_changes_the_next_decision(
             assert [a["txn_id"] for a in alerts_of(bootstrap)] == ["t-before"]
         finally:
             stop.set()
-            capture.join(10)
+            capture.join(scaled(10))
             table.close()

@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+from headrace.testing import scaled
+
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 NOISE = re.compile(r"ERROR|WARN|Exception|Traceback|Python worker|log4j|%\d\|")
@@ -20,7 +22,7 @@ def test_demo_fraud_real_time_by_default_checked_and_quiet() -> None:
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, COLUMNS="120")
     done = subprocess.run([sys.executable, "-m", "headrace", "demo", "fraud", "--rate", "100",
                            "--duration", "20"], capture_output=True, text=True, env=env,
-                          timeout=600, check=False)
+                          timeout=scaled(600), check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
     assert "fraud demo (realtime)" in out

@@ -12,7 +12,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from headrace.pipelines.fraud.pipeline import PipelineConfig, PipelineTopics, start
-from headrace.testing import EmbeddedBroker
+from headrace.testing import EmbeddedBroker, scaled
 from tests.pipelines.fraud_support import alerts_of, check_alerts, generate
 from tests.spark.kafka_helpers import read_all
 from tests.spark.spark_workers.supervisor import SparkWorker
@@ -27,7 +27,7 @@ def test_exact_alerts_late_and_dead_letters(spark: SparkSession, tmp_path: Path)
         assert truth.incidents and truth.late_count and truth.malformed_count
         query = start(spark, PipelineConfig(bootstrap, str(tmp_path / "cp"),
                                             max_offsets_per_trigger=300, available_now=True))
-        query.awaitTermination(600)
+        query.awaitTermination(scaled(600))
         assert query.exception() is None, query.exception()
         check_alerts(alerts_of(bootstrap), truth)
         topics = PipelineTopics()
@@ -53,7 +53,7 @@ def test_kill_9_and_restart_repeats_no_alert(tmp_path: Path) -> None:
                 # Kill mid-run: after a random number of micro-batches have committed.
                 deadline_batches = rng.randint(2, 6)
                 commits = tmp_path / "cp" / "commits"
-                stop_at = time.monotonic() + 90
+                stop_at = time.monotonic() + scaled(90)
                 while time.monotonic() < stop_at and not worker.exited():
                     done = [p for p in commits.iterdir() if p.name.isdigit()] \
                         if commits.exists() else []

@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 
 from headrace.pipelines.fraud.pipeline import PipelineConfig, PipelineTopics, start
 from headrace.pipelines.fraud.truth import GroundTruth
-from headrace.testing import EmbeddedBroker
+from headrace.testing import EmbeddedBroker, scaled
 from tests.pipelines.fraud_support import (
     alert_keys,
     alerts_of,
@@ -66,7 +66,7 @@ def test_exact_alerts_equal_to_the_micro_batch_path(spark: SparkSession, tmp_pat
         query = start(spark, PipelineConfig(bootstrap, str(tmp_path / "cp-microbatch"),
                                             topics=PipelineTopics(alerts=CHECK),
                                             max_offsets_per_trigger=300, available_now=True))
-        query.awaitTermination(600)
+        query.awaitTermination(scaled(600))
         assert query.exception() is None, query.exception()
         microbatch = alerts_of(bootstrap, CHECK)
         check_alerts(microbatch, truth)
@@ -94,7 +94,7 @@ def test_kill_9_and_restart_loses_no_alert(tmp_path: Path) -> None:
             worker.spawn()
             assert worker.wait_for("started", 180), worker.stderr_tail()
             traffic.start()
-            assert loaded.wait(180), "profiles not loaded"
+            assert loaded.wait(scaled(180)), "profiles not loaded"
             kills = 0
             while traffic.is_alive() and kills < 3:
                 time.sleep(rng.uniform(4.0, 12.0))
@@ -102,7 +102,7 @@ def test_kill_9_and_restart_loses_no_alert(tmp_path: Path) -> None:
                 kills += 1
                 worker.spawn()
                 assert worker.wait_for("started", 180), worker.stderr_tail()
-            traffic.join(120)
+            traffic.join(scaled(120))
             assert truth_box, "the generator did not finish"
             alerts = settled_alerts(bootstrap, ALERTS, quiet_s=10.0)
         finally:

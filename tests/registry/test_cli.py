@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from headrace.testing import SchemaRegistryProcess, _free_port
+from headrace.testing import SchemaRegistryProcess, _free_port, scaled
 from tests.registry.schemas import USER_BREAKING, USER_V1, USER_V2
 
 
@@ -22,7 +22,7 @@ def cli(*args: str, registry: str | None = None, stdin: str | None = None
     if registry:
         env["HEADRACE_SCHEMA_REGISTRY"] = registry
     return subprocess.run([sys.executable, "-m", "headrace", *args], capture_output=True,
-                          text=True, input=stdin, env=env, timeout=60, check=False)
+                          text=True, input=stdin, env=env, timeout=scaled(60), check=False)
 
 
 def test_schemas_commands(registry: SchemaRegistryProcess, subject: str,
@@ -64,11 +64,11 @@ def test_broker_starts_a_registry_beside_it(tmp_path: Path) -> None:
         env=dict(os.environ, PYTHONUNBUFFERED="1"))
     try:
         url = f"http://127.0.0.1:{http_port}"
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + scaled(60)
         while True:
             try:
                 answer = httpx.post(f"{url}/subjects/x-value/versions",
-                                    json={"schema": USER_V1}, timeout=5)
+                                    json={"schema": USER_V1}, timeout=scaled(10))
                 break
             except httpx.HTTPError:
                 assert time.monotonic() < deadline, "no registry beside the broker"
@@ -76,6 +76,6 @@ def test_broker_starts_a_registry_beside_it(tmp_path: Path) -> None:
         assert answer.status_code == 200 and answer.json()["id"] >= 1
     finally:
         broker.send_signal(signal.SIGTERM)
-        out, _ = broker.communicate(timeout=30)
+        out, _ = broker.communicate(timeout=scaled(30))
     assert "headrace registry listening on" in out
     assert "headrace registry stopped" in out, out

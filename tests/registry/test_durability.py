@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from headrace.registry.client import RegistryClient, RegistryClientError
-from headrace.testing import EmbeddedBroker, SchemaRegistryProcess
+from headrace.testing import EmbeddedBroker, SchemaRegistryProcess, scaled
 from tests.conftest import AnyBroker
 from tests.registry.schemas import avro_record, field
 
@@ -54,7 +54,7 @@ def _register_concurrently(urls: list[str], count: int, tag: str) -> dict[str, i
 
     def writer(worker: int) -> None:
         for n in range(worker, count, len(urls) * 2):
-            client = RegistryClient(urls[n % len(urls)], timeout=20)
+            client = RegistryClient(urls[n % len(urls)], timeout=scaled(20))
             subject = f"{tag}-{n}"
             try:
                 answer = client.register(subject, _schema(n, tag))
@@ -148,7 +148,7 @@ def _schema_keys(bootstrap: str, topic: str) -> list[bytes]:
     keys: list[bytes] = []
     try:
         while True:
-            msg = consumer.poll(10)
+            msg = consumer.poll(scaled(10))
             assert msg is not None
             if msg.error():
                 break
@@ -165,14 +165,14 @@ def test_ids_are_not_reused_after_the_largest_is_compacted_away() -> None:
         admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
         admin.create_topics([NewTopic(topic, 1, 1, config={
             "cleanup.policy": "compact", "segment.ms": "50", "delete.retention.ms": "0",
-            "min.cleanable.dirty.ratio": "0.01"})])[topic].result(10)
+            "min.cleanable.dirty.ratio": "0.01"})])[topic].result(scaled(10))
         with SchemaRegistryProcess(broker.bootstrap_servers) as registry:
             client = RegistryClient(registry.url)
             client.register("keep", _schema(1, "c"))
             doomed = client.register("doomed", _schema(2, "c"))["id"]
             client.delete("doomed")
             client.delete("doomed", permanent=True)
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + scaled(60)
             while any(b'"doomed"' in k for k in _schema_keys(broker.bootstrap_servers, topic)):
                 assert time.monotonic() < deadline, "the cleaner never removed the tombstone"
                 client.config("keep", "BACKWARD")  # appends roll segments, so they get cleaned

@@ -15,7 +15,7 @@ from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSe
 from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from headrace.testing import EmbeddedBroker
+from headrace.testing import EmbeddedBroker, scaled
 from tests.registry.schemas import USER_V1, USER_V2, compile_proto
 
 
@@ -23,14 +23,14 @@ def _round_trip(broker: EmbeddedBroker, topic: str, values: list[bytes]) -> list
     producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
     for value in values:
         producer.produce(topic, value=value)
-    assert producer.flush(30) == 0
+    assert producer.flush(scaled(30)) == 0
     consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": topic,
                          "auto.offset.reset": "earliest"})
     consumer.subscribe([topic])
     got: list[bytes] = []
     try:
         while len(got) < len(values):
-            msg = consumer.poll(10)
+            msg = consumer.poll(scaled(10))
             assert msg is not None, f"only {len(got)} of {len(values)} records came back"
             assert msg.error() is None, msg.error()
             got.append(msg.value())

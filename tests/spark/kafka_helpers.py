@@ -9,6 +9,8 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from headrace.testing import scaled
+
 
 def create_topic(bootstrap: str, name: str, partitions: int = 1,
                  config: dict[str, str] | None = None) -> None:
@@ -18,7 +20,7 @@ def create_topic(bootstrap: str, name: str, partitions: int = 1,
     admin = AdminClient({"bootstrap.servers": bootstrap})
     settings = {"retention.ms": "-1", **(config or {})}
     admin.create_topics([NewTopic(name, num_partitions=partitions, config=settings)]
-                        )[name].result()
+                        )[name].result(scaled(30))
 
 
 def produce(bootstrap: str, topic: str, rows: list[tuple[Any, ...]]) -> list[tuple[int, int]]:
@@ -44,7 +46,7 @@ def produce(bootstrap: str, topic: str, rows: list[tuple[Any, ...]]) -> list[tup
             kwargs["timestamp"] = row[3]
         producer.produce(topic, value=row[1], key=row[0], on_delivery=report(i), **kwargs)
         producer.poll(0)
-    assert producer.flush(30) == 0
+    assert producer.flush(scaled(30)) == 0
     return placed
 
 
@@ -56,14 +58,15 @@ def read_all(bootstrap: str, topic: str, read_committed: bool = True,
                          "isolation.level": "read_committed" if read_committed
                          else "read_uncommitted"})
     try:
-        meta = consumer.list_topics(topic, timeout=10).topics[topic]
+        meta = consumer.list_topics(topic, timeout=scaled(10)).topics[topic]
         parts = sorted(meta.partitions)
         consumer.assign([TopicPartition(topic, p, 0) for p in parts])
         out: list[Any] = []
         eof: set[int] = set()
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + scaled(timeout)
         while len(eof) < len(parts):
-            assert time.monotonic() < deadline, f"{topic}: no end of partition in {timeout} s"
+            assert time.monotonic() < deadline, \
+                f"{topic}: no end of partition in {scaled(timeout):g} s"
             for m in consumer.consume(1000, timeout=0.2):
                 if m.error():
                     assert m.error().code() == KafkaError._PARTITION_EOF, m.error()

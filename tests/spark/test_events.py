@@ -12,7 +12,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from headrace.spark import read_events
-from headrace.testing import EmbeddedBroker
+from headrace.testing import EmbeddedBroker, scaled
 from tests.spark.kafka_helpers import create_topic, forget_last_commit, produce, read_all
 
 pytestmark = pytest.mark.spark
@@ -38,7 +38,7 @@ BAD = [
 def _collect(df: DataFrame, checkpoint: Path, out: list[Any]) -> None:
     q = df.writeStream.foreachBatch(lambda b, i: out.extend(b.collect())) \
         .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
-    q.awaitTermination(120)
+    q.awaitTermination(scaled(120))
     assert q.exception() is None, q.exception()
 
 

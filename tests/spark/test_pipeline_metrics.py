@@ -13,14 +13,14 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from headrace.spark.metrics import serve_pipeline_metrics
-from headrace.testing import ConsoleProcess, EmbeddedBroker
+from headrace.testing import ConsoleProcess, EmbeddedBroker, scaled
 from tests.spark.kafka_helpers import create_topic, produce
 
 pytestmark = pytest.mark.spark
 
 
 def scrape(url: str) -> dict[tuple[str, str], float]:
-    with urllib.request.urlopen(url, timeout=10) as r:
+    with urllib.request.urlopen(url, timeout=scaled(10)) as r:
         text = r.read().decode()
     return {(s.name, s.labels.get("query", "")): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
@@ -51,15 +51,16 @@ def test_progress_of_a_windowed_query_is_exported(spark: SparkSession, broker: E
         query = (counts.writeStream.format("noop").queryName("metered-counts")
                  .outputMode("append").option("checkpointLocation", str(tmp_path / "cp"))
                  .trigger(availableNow=True).start())
-        query.awaitTermination(120)
+        query.awaitTermination(scaled(120))
         produce(broker.bootstrap_servers, topic_name,
                 [(b"late", json.dumps({"ts": base - 3_600_000 - i * 120_000}).encode())
                  for i in range(5)])  # five windows: Spark counts rows after partial aggregation
         query = (counts.writeStream.format("noop").queryName("metered-counts")
                  .outputMode("append").option("checkpointLocation", str(tmp_path / "cp"))
                  .trigger(availableNow=True).start())
-        query.awaitTermination(120)
-        deadline = time.monotonic() + 30  # progress events reach the listener asynchronously
+        query.awaitTermination(scaled(120))
+        # Progress events reach the listener asynchronously.
+        deadline = time.monotonic() + scaled(30)
         while time.monotonic() < deadline:
             s = scrape(url)
             if s.get(("headrace_pipeline_input_rows_total", "metered-counts")) == 205 and \
@@ -78,9 +79,9 @@ def test_progress_of_a_windowed_query_is_exported(spark: SparkSession, broker: E
         # The console plots them.
         with ConsoleProcess(broker.bootstrap_servers, pipeline_metrics=[url],
                             sample_seconds=0.3) as web:
-            deadline = time.monotonic() + 20
+            deadline = time.monotonic() + scaled(20)
             while True:
-                with urllib.request.urlopen(f"{web.url}/pipelines", timeout=10) as r:
+                with urllib.request.urlopen(f"{web.url}/pipelines", timeout=scaled(10)) as r:
                     html = r.read().decode()
                 if html.count("<polyline") >= 3 or time.monotonic() > deadline:
                     break

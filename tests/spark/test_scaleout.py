@@ -54,7 +54,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from headrace import jvm
-from headrace.testing import EmbeddedBroker
+from headrace.testing import EmbeddedBroker, scaled
 from tests.spark.kafka_helpers import create_topic, produce
 from tests.spark.spark_workers.supervisor import SparkWorker, read_topic
 
@@ -104,7 +104,7 @@ def tansu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str | None]:
                                 env=dict(os.environ, RUST_LOG="warn"), start_new_session=True)
     bootstrap = url.removeprefix("tcp://")
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + scaled(30)
         while not _answers_metadata(bootstrap):
             assert proc.poll() is None, f"Tansu exited: {log.read_text()[-2000:]}"
             assert time.monotonic() < deadline, f"Tansu not up: {log.read_text()[-2000:]}"
@@ -127,10 +127,10 @@ def test_tansu_high_watermark_counts_every_record_of_the_last_batch(tansu: str |
     producer = Producer({"bootstrap.servers": tansu, "linger.ms": 100})
     for i in range(10):
         producer.produce(topic_name, b"%d" % i)
-    assert producer.flush(10) == 0
+    assert producer.flush(scaled(10)) == 0
     consumer = Consumer({"bootstrap.servers": tansu, "group.id": "hwm"})
     try:
-        assert consumer.get_watermark_offsets(TopicPartition(topic_name, 0), timeout=10,
+        assert consumer.get_watermark_offsets(TopicPartition(topic_name, 0), timeout=scaled(10),
                                               cached=False) == (0, 10)
     finally:
         consumer.close()
@@ -269,7 +269,7 @@ def test_stream_copy_on_local_cluster_delivers_every_row(
     # A broker may write a transaction's markers after EndTxn answers (Kafka and Tansu
     # do; headrace writes them first), so the last stable offset can lag the query's end
     # briefly: read until every row is there (30 s at most).
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + scaled(30)
     while True:
         out = read_topic(cluster_run.bootstrap[broker_name], cluster_run.outputs[job])
         got = Counter(value for *_, value in out)

@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from pyspark.sql import SparkSession
 
-from headrace.testing import EmbeddedBroker
+from headrace.testing import EmbeddedBroker, scaled
 from tests.integration.tls_support import Pki, make_pki
 
 pytestmark = pytest.mark.spark
@@ -28,7 +28,7 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[EmbeddedB
         done = subprocess.run([sys.executable, "-m", "headrace", "users", "add", "spark",
                                "-b", b.bootstrap_servers], capture_output=True, text=True,
                               env={**os.environ, "HEADRACE_USER_PASSWORD": "spark-secret"},
-                              timeout=60)
+                              timeout=scaled(60))
         assert done.returncode == 0, done.stderr
         yield b, pki
 
@@ -47,21 +47,21 @@ def test_read_and_exactly_once_write_over_sasl_ssl(
     p = Producer(conf)
     for i in range(50):
         p.produce(topic_name, key=b"k%d" % i, value=b"v%d" % i)
-    assert p.flush(30) == 0
+    assert p.flush(scaled(30)) == 0
     options = {f"kafka.{k}": v for k, v in conf.items()}
     q = (spark.readStream.format("headrace").options(**options).option("subscribe", topic_name)
          .option("startingOffsets", "earliest").load()
          .selectExpr("key", "concat(value, '!') AS value")
          .writeStream.format("headrace").options(**options).option("topic", f"{topic_name}-out")
          .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start())
-    q.awaitTermination(180)
+    q.awaitTermination(scaled(180))
     assert q.exception() is None, q.exception()
     c = Consumer({**conf, "group.id": "check", "isolation.level": "read_committed",
                   "enable.partition.eof": True})
     c.assign([TopicPartition(f"{topic_name}-out", 0, 0)])
     got = []
     while True:
-        m = c.poll(10)
+        m = c.poll(scaled(10))
         assert m is not None
         if m.error() is not None:
             assert m.error().code() == KafkaError._PARTITION_EOF
@@ -109,7 +109,7 @@ def test_spark_kafka_connector_is_refused_without_an_acl(
             done = subprocess.run([sys.executable, "-m", "headrace", *args, "-b",
                                    b.bootstrap_servers], capture_output=True, text=True,
                                   env={**os.environ, "HEADRACE_USER_PASSWORD": "pw"},
-                                  timeout=60)
+                                  timeout=scaled(60))
             assert done.returncode == 0, done.stderr
         headrace("users", "add", "reader")
         for name in (f"{topic_name}-open", f"{topic_name}-closed"):
@@ -119,7 +119,7 @@ def test_spark_kafka_connector_is_refused_without_an_acl(
         p = Producer({"bootstrap.servers": b.bootstrap_servers})
         p.produce(f"{topic_name}-open", b"allowed")
         p.produce(f"{topic_name}-closed", b"refused")
-        assert p.flush(30) == 0
+        assert p.flush(scaled(30)) == 0
         opts = java_options(b, pki, "reader", "pw")
 
         def read(topic: str) -> list[str]:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from headrace.testing import ApacheKafka, EmbeddedBroker
+from headrace.testing import ApacheKafka, EmbeddedBroker, scaled
 from tests.spark.kafka_helpers import create_topic, forget_last_commit, produce, read_all
 
 pytestmark = pytest.mark.spark
@@ -100,7 +100,7 @@ def _stream_copy(spark: SparkSession, broker: Broker, source_topic: str, out: st
          .option("kafka.bootstrap.servers", broker.bootstrap_servers)
          .option("topic", out).option("delivery", delivery)
          .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
-    q.awaitTermination(120)
+    q.awaitTermination(scaled(120))
     assert q.exception() is None, q.exception()
 
 
@@ -155,10 +155,10 @@ def test_a_zombie_run_of_a_task_is_fenced(spark: SparkSession, broker: EmbeddedB
     for partition in range(2):
         p = Producer({"bootstrap.servers": broker.bootstrap_servers,
                       "transactional.id": f"headrace-sink-{query_id}-{partition}"})
-        p.init_transactions(30)
+        p.init_transactions(scaled(30))
         p.begin_transaction()
         p.produce(out, b"intruder", partition=partition)
-        assert p.flush(10) == 0
+        assert p.flush(scaled(10)) == 0
         intruders.append(p)  # left open: the sink's next producer must abort it
     produce(broker.bootstrap_servers, src, [(None, f"b{i}".encode()) for i in range(100)])
     _stream_copy(spark, broker, src, out, tmp_path / "cp")

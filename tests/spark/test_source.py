@@ -15,7 +15,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewPartitions
 from pyspark.sql import DataFrame, SparkSession
 
-from headrace.testing import ApacheKafka, EmbeddedBroker
+from headrace.testing import ApacheKafka, EmbeddedBroker, scaled
 from tests.spark.kafka_helpers import create_topic, produce
 
 pytestmark = pytest.mark.spark
@@ -116,7 +116,7 @@ def test_assign_and_pattern(spark: SparkSession, broker: EmbeddedBroker,
 def test_headers_column(spark: SparkSession, broker: EmbeddedBroker, topic_name: str) -> None:
     p = Producer({"bootstrap.servers": broker.bootstrap_servers})
     p.produce(topic_name, value=b"v", headers=[("a", b"1"), ("b", None), ("a", b"2")])
-    p.flush(10)
+    p.flush(scaled(10))
     row = source(spark, broker, subscribe=topic_name, includeHeaders="true").collect()[0]
     assert [(h.key, h.value) for h in row.headers] == [("a", b"1"), ("b", None), ("a", b"2")]
 
@@ -127,12 +127,12 @@ def test_read_committed_hides_aborted_records(spark: SparkSession, any_broker: B
     create_topic(broker.bootstrap_servers, topic_name)
     p = Producer({"bootstrap.servers": broker.bootstrap_servers,
                   "transactional.id": f"t-{topic_name}"})
-    p.init_transactions(10)
+    p.init_transactions(scaled(10))
     for outcome in ("commit", "abort", "commit"):
         p.begin_transaction()
         for i in range(5):
             p.produce(topic_name, value=f"{outcome}-{i}".encode())
-        p.flush(10)
+        p.flush(scaled(10))
         (p.commit_transaction if outcome == "commit" else p.abort_transaction)(10)
     committed = [r.value for r in source(spark, broker, subscribe=topic_name).collect()]
     assert sorted(committed) == sorted([f"commit-{i}".encode() for i in range(5)] * 2)
@@ -148,7 +148,7 @@ def run_available_now(df: DataFrame, checkpoint: Path, out: list[Any]) -> list[d
 
     q = df.writeStream.foreachBatch(collect).option("checkpointLocation", str(checkpoint)) \
         .trigger(availableNow=True).start()
-    q.awaitTermination(120)
+    q.awaitTermination(scaled(120))
     assert q.exception() is None, q.exception()
     return [p for p in q.recentProgress if p["numInputRows"] > 0]
 
@@ -217,7 +217,7 @@ def test_deleted_topic_is_data_loss(spark: SparkSession, broker: EmbeddedBroker,
     q = strict.writeStream.foreachBatch(lambda b, i: None) \
         .option("checkpointLocation", str(tmp_path / "strict")).trigger(availableNow=True).start()
     with pytest.raises(Exception, match="no longer exist"):
-        q.awaitTermination(60)
+        q.awaitTermination(scaled(60))
     got.clear()
     lenient = source(spark, broker, streaming=True, subscribe=f"{topic},{other}",
                      failOnDataLoss="false")
@@ -250,7 +250,7 @@ def test_bad_options_fail_with_a_clear_message(spark: SparkSession, options: dic
     for k, v in options.items():
         reader = reader.option(k, v)
     with pytest.raises(Exception, match=message):
-        reader.load().writeStream.format("console").start().awaitTermination(30)
+        reader.load().writeStream.format("console").start().awaitTermination(scaled(30))
 
 
 @pytest.mark.parametrize("fail", ["true", "false"])
@@ -278,7 +278,7 @@ def test_retention_gap_is_data_loss(spark: SparkSession, broker: EmbeddedBroker,
             .option("checkpointLocation", str(tmp_path / "cp")) \
             .trigger(availableNow=True).start()
         with pytest.raises(Exception, match=r"offsets 10\.\.29 were deleted"):
-            q.awaitTermination(60)
+            q.awaitTermination(scaled(60))
         return
     run_available_now(stream, tmp_path / "cp", got)
     assert sorted(got) == sorted(expected(more, placed, lambda p, o: p != 0 or o >= 30))
@@ -301,7 +301,7 @@ def test_fetch_reader_equals_librdkafka_reader(spark: SparkSession, any_broker: 
                       value=None if i % 11 == 0 else f"{codec}-{i}-".encode() * (i % 9 + 1),
                       headers=[("n", str(i).encode()), ("empty", None)] if i % 3 == 0 else None,
                       timestamp=1_700_000_000_000 + i)
-        p.flush(30)
+        p.flush(scaled(30))
 
     def read(reader: str) -> list[tuple[Any, ...]]:
         df = source(spark, broker, subscribe=topic_name, includeHeaders="true",
@@ -370,7 +370,7 @@ def test_declared_schema_reads_only_its_columns(spark: SparkSession, broker: Emb
         p.produce(topic_name, partition=i % 2, key=None if i % 5 == 0 else f"k{i}".encode(),
                   value=None if i % 7 == 0 else f"v{i}".encode(),
                   headers=[("n", str(i).encode())] if i % 3 == 0 else None)
-    assert p.flush(10) == 0
+    assert p.flush(scaled(10)) == 0
     base = (spark.read.format("headrace").option("kafka.bootstrap.servers",
                                                  broker.bootstrap_servers)
             .option("subscribe", topic_name).option("headrace.reader", reader))
@@ -402,7 +402,7 @@ def test_declared_schema_in_a_stream(spark: SparkSession, broker: EmbeddedBroker
     seen: list[Any] = []
     q = stream.writeStream.foreachBatch(lambda b, _i: seen.extend(b.collect())) \
         .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start()
-    q.awaitTermination(120)
+    q.awaitTermination(scaled(120))
     assert q.exception() is None, q.exception()
     assert sorted((r.partition, r.value) for r in seen) == \
         sorted((partition, value) for _key, value, partition, _ts in rows)

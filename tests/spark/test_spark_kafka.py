@@ -26,7 +26,7 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql import DataFrame, SparkSession
 
 from headrace.spark.session import has_kafka_connector
-from headrace.testing import ApacheKafka, EmbeddedBroker
+from headrace.testing import ApacheKafka, EmbeddedBroker, scaled
 from tests.spark.kafka_helpers import create_topic, produce, read_all
 
 pytestmark = pytest.mark.spark
@@ -68,7 +68,7 @@ def run_available_now(df: DataFrame, checkpoint: Path, out: list[Any]) -> list[i
 
     q = df.writeStream.foreachBatch(collect).option("checkpointLocation", str(checkpoint)) \
         .trigger(availableNow=True).start()
-    q.awaitTermination(120)
+    q.awaitTermination(scaled(120))
     assert q.exception() is None, q.exception()
     return [p["numInputRows"] for p in q.recentProgress if p["numInputRows"] > 0]
 
@@ -136,7 +136,7 @@ def test_batch_include_headers(spark: SparkSession, any_broker: Broker,
     p = Producer({"bootstrap.servers": any_broker.bootstrap_servers})
     p.produce(topic_name, value=b"v", headers=[("a", b"1"), ("b", None), ("a", b"2")])
     p.produce(topic_name, value=b"w")
-    assert p.flush(10) == 0
+    assert p.flush(scaled(10)) == 0
     rows = kafka(spark, any_broker, subscribe=topic_name, includeHeaders="true") \
         .orderBy("offset").collect()
     assert [(h.key, h.value) for h in rows[0].headers] == [("a", b"1"), ("b", None),
@@ -149,12 +149,12 @@ def test_read_committed_hides_an_aborted_transaction(spark: SparkSession, any_br
     create_topic(any_broker.bootstrap_servers, topic_name)
     p = Producer({"bootstrap.servers": any_broker.bootstrap_servers,
                   "transactional.id": f"t-{topic_name}"})
-    p.init_transactions(10)
+    p.init_transactions(scaled(10))
     for outcome in ("commit", "abort", "commit"):
         p.begin_transaction()
         for i in range(5):
             p.produce(topic_name, value=f"{outcome}-{i}".encode())
-        p.flush(10)
+        p.flush(scaled(10))
         (p.commit_transaction if outcome == "commit" else p.abort_transaction)(10)
     committed = sorted([f"commit-{i}".encode() for i in range(5)] * 2)
     batch = kafka(spark, any_broker, subscribe=topic_name,
@@ -244,7 +244,7 @@ def test_records_deleted_under_a_running_query(spark: SparkSession, any_broker: 
     def collect(batch: DataFrame, _batch_id: int) -> None:
         if not gate.is_set():
             held.set()
-            assert gate.wait(60), "the test never opened the gate"
+            assert gate.wait(scaled(60)), "the test never opened the gate"
         got.extend((r.partition, r.offset, r.key, r.value) for r in batch.collect())
 
     stream = kafka(spark, any_broker, streaming=True, subscribe=topic_name,
@@ -256,7 +256,7 @@ def test_records_deleted_under_a_running_query(spark: SparkSession, any_broker: 
         gate.clear()
         more: Rows = [(f"b{i}".encode(), f"b{i}".encode(), i % 2) for i in range(100)]
         placed = produce(bs, topic_name, more)
-        assert held.wait(60), "no micro-batch planned the new records"
+        assert held.wait(scaled(60)), "no micro-batch planned the new records"
         admin = AdminClient({"bootstrap.servers": bs})
         for f in admin.delete_records([TopicPartition(topic_name, 0, 30)]).values():
             f.result()
@@ -331,7 +331,7 @@ def test_stream_write_from_a_topic(spark: SparkSession, any_broker: Broker, topi
              .writeStream.format("kafka").option("kafka.bootstrap.servers", bs)
              .option("topic", out).option("checkpointLocation", str(tmp_path / "cp"))
              .trigger(availableNow=True).start())
-        q.awaitTermination(120)
+        q.awaitTermination(scaled(120))
         assert q.exception() is None, q.exception()
         return [p["numInputRows"] for p in q.recentProgress if p["numInputRows"] > 0]
 
@@ -373,7 +373,8 @@ def test_session_without_the_jars_has_format_headrace_only(broker: EmbeddedBroke
     env = dict(os.environ, HEADRACE_JVM_LIB=str(tmp_path / "empty"),
                PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
     done = subprocess.run([sys.executable, "-c", WITHOUT_JARS, broker.bootstrap_servers,
-                           topic_name], capture_output=True, text=True, env=env, timeout=180)
+                           topic_name], capture_output=True, text=True, env=env,
+                          timeout=scaled(180))
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.splitlines() == ["connector False", "rows 5",
                                         "kafka format fails AnalysisException"], done.stdout
@@ -398,7 +399,7 @@ def test_real_time_mode_topic_to_topic(spark: SparkSession, any_broker: Broker,
          .outputMode("update").trigger(realTime="5 seconds").start())
     try:
         produce(bs, src, [(f"k{i}".encode(), f"v{i}".encode()) for i in range(100)])
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + scaled(90)
         got: list[Any] = []
         while len(got) < 100 and time.monotonic() < deadline and q.exception() is None:
             got = read_all(bs, out)

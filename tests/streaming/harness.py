@@ -19,7 +19,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 
 from headrace.spark import read_events
-from headrace.testing import EmbeddedBroker
+from headrace.testing import EmbeddedBroker, scaled
 from tests.spark.kafka_helpers import create_topic, produce
 
 MINUTE = 60_000
@@ -115,9 +115,9 @@ class StepRunner:
                 .option("checkpointLocation", str(self.checkpoint)) \
                 .trigger(availableNow=True).start()
             with contextlib.suppress(StreamingQueryException):  # q.exception() has it
-                if not q.awaitTermination(180):
+                if not q.awaitTermination(scaled(180)):
                     q.stop()
-                    raise AssertionError("the step's query ran past 180 s")
+                    raise AssertionError(f"the step's query ran past {scaled(180):g} s")
             self.progress.extend(q.recentProgress)
             error = q.exception()
             if error is None or attempt == TRANSIENT_RESTARTS or TRANSIENT not in str(error):

@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 
 from headrace.spark import read_events
 from headrace.streaming import count, results, tumbling, windowed
-from headrace.testing import EmbeddedBroker
+from headrace.testing import EmbeddedBroker, scaled
 from tests.spark.kafka_helpers import create_topic
 from tests.streaming.harness import MINUTE, T0
 
@@ -36,7 +36,7 @@ def produce_events(bootstrap: str, topic: str, values: list[bytes]) -> None:
             except BufferError:
                 producer.poll(0.05)
         producer.poll(0)
-    assert producer.flush(60) == 0
+    assert producer.flush(scaled(60)) == 0
 
 
 def test_tumbling_count_over_a_million_keys_equals_batch(
@@ -64,7 +64,7 @@ def test_tumbling_count_over_a_million_keys_equals_batch(
         q = (out.writeStream.format("parquet").option("path", str(tmp_path / "out"))
              .option("checkpointLocation", str(tmp_path / "cp"))
              .trigger(availableNow=True).start())
-        q.awaitTermination(1800)
+        q.awaitTermination(scaled(1800))
         assert q.exception() is None, q.exception()
 
     run()

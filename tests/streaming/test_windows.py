@@ -22,7 +22,7 @@ from headrace.streaming import (
     windowed,
 )
 from headrace.streaming.timeutil import to_ms
-from headrace.testing import EmbeddedBroker
+from headrace.testing import EmbeddedBroker, scaled
 from tests.streaming.harness import MINUTE, StepRunner, at
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -159,7 +159,7 @@ def test_results_and_late_events_to_two_topics_exactly_once(
              .option("kafka.bootstrap.servers", broker.bootstrap_servers)
              .option("checkpointLocation", str(tmp_path / "cp"))
              .trigger(availableNow=True).start())
-        q.awaitTermination(120)
+        q.awaitTermination(scaled(120))
         assert q.exception() is None, q.exception()
     emitted = [json.loads(m.value()) for m in read_all(broker.bootstrap_servers, counts)]
     assert [(r["kind"], r["count"]) for r in emitted] == [("result", 2)]

@@ -1,5 +1,6 @@
 // A minimal Java 4.x consumer with group.protocol=consumer (KIP-848), run by
-// tests/integration/test_java_consumer_group.py. Args: bootstrap group topic expected.
+// tests/integration/test_java_consumer_group.py. Args: bootstrap group topic expected
+// timeout-seconds (how long to wait for them; commitSync gets half of it).
 // Consumes until it has seen `expected` records, commits synchronously, then prints
 // "owned <partitions>" after each rebalance callback, one "record <partition> <offset>
 // <value>" line per record, "assigned <partitions>" and "committed" on stdout, and closes
@@ -25,6 +26,8 @@ public class Kip848Consumer {
         props.put("key.deserializer", "org.apache.kafka.common.serialization.StringDeserializer");
         props.put("value.deserializer", "org.apache.kafka.common.serialization.StringDeserializer");
         int expected = Integer.parseInt(args[3]);
+        // args[4]: how long to wait for them, in seconds (the tests' scaled timeout).
+        long timeoutMs = (long) (Double.parseDouble(args[4]) * 1000);
         TreeSet<Integer> owned = new TreeSet<>();
         try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(props)) {
             consumer.subscribe(List.of(args[2]), new ConsumerRebalanceListener() {
@@ -38,14 +41,14 @@ public class Kip848Consumer {
                 }
             });
             int seen = 0;
-            long deadline = System.currentTimeMillis() + 60_000;
+            long deadline = System.currentTimeMillis() + timeoutMs;
             while (seen < expected && System.currentTimeMillis() < deadline) {
                 for (ConsumerRecord<String, String> r : consumer.poll(Duration.ofMillis(200))) {
                     System.out.println("record " + r.partition() + " " + r.offset() + " " + r.value());
                     seen++;
                 }
             }
-            consumer.commitSync(Duration.ofSeconds(30));
+            consumer.commitSync(Duration.ofMillis(timeoutMs / 2));
             System.out.println("assigned " + owned);
             System.out.println("committed");
         }

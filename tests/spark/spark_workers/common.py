@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 
 from headrace.spark import register
 from headrace.spark.session import kafka_connector_jars, realtime_jars
+from headrace.testing import scaled
 
 
 def say(event: str) -> None:
@@ -37,7 +38,7 @@ def build_session(master: str, app: str, shuffle_partitions: int = 2,
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-               .config("spark.sql.streaming.stopTimeout", "20s")
+               .config("spark.sql.streaming.stopTimeout", f"{round(scaled(20))}s")
                .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
                .config("spark.driver.memory", "1g"))
     if fast_jvm:

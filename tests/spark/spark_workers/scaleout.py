@@ -41,10 +41,11 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
+from headrace.testing import scaled
 from tests.spark.spark_workers.common import build_session, say
 
-POLL_TIMEOUT_MS = "20000"
-STREAM_TIMEOUT_S = 120.0
+POLL_TIMEOUT_MS = str(round(scaled(20_000)))  # a fetch must answer within it
+STREAM_TIMEOUT_S = scaled(120.0)
 
 
 def executor_jvm(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -91,7 +92,7 @@ def stream_copy(spark: SparkSession, job: dict[str, Any]) -> dict[str, Any]:
              .start())
     if not query.awaitTermination(STREAM_TIMEOUT_S):
         query.stop()
-        raise TimeoutError(f"the query did not finish within {STREAM_TIMEOUT_S} s; last "
+        raise TimeoutError(f"the query did not finish within {STREAM_TIMEOUT_S:g} s; last "
                            f"progress: {query.lastProgress}")
     progress = query.recentProgress
     return {"batches": len(progress), "rows": sum(p["numInputRows"] for p in progress)}

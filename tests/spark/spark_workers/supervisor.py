@@ -21,6 +21,8 @@ from pathlib import Path
 import psutil
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from headrace.testing import scaled
+
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
@@ -43,7 +45,7 @@ def kill_session(sid: int, timeout: float = 10.0) -> int:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(sid, signal.SIGKILL)
         signalled += 1
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while victims := session_processes(sid):
         for proc in victims:
             with contextlib.suppress(ProcessLookupError):
@@ -95,25 +97,27 @@ class SparkWorker:
 
     def wait_for(self, prefix: str, timeout: float) -> bool:
         """Wait until the worker says an event starting with ``prefix`` (True) or exits
-        without saying it (False). Raises ``TimeoutError`` with its stderr's tail."""
-        deadline = time.monotonic() + timeout
+        without saying it (False). Raises ``TimeoutError`` with its stderr's tail.
+        ``timeout`` is scaled here (``headrace.testing.scaled``)."""
+        deadline = time.monotonic() + scaled(timeout)
         while True:
             if any(e.startswith(prefix) for e in self.events()):
                 return True
             if self.exited():
                 return any(e.startswith(prefix) for e in self.events())
             if time.monotonic() > deadline:
-                raise TimeoutError(f"no {prefix!r} from {self.module} within {timeout} s; "
+                raise TimeoutError(f"no {prefix!r} from {self.module} within "
+                                   f"{scaled(timeout):g} s; "
                                    f"stderr ends:\n{self.stderr_tail()}")
             time.sleep(0.05)
 
     def wait_exit(self, timeout: float) -> int:
         assert self.process is not None
         try:
-            return self.process.wait(timeout)
+            return self.process.wait(scaled(timeout))
         except subprocess.TimeoutExpired:
             self.kill()
-            raise TimeoutError(f"{self.module} still running after {timeout} s; stderr "
+            raise TimeoutError(f"{self.module} still running after {scaled(timeout):g} s; stderr "
                                f"ends:\n{self.stderr_tail()}") from None
 
     def kill(self) -> None:
@@ -140,15 +144,15 @@ def read_topic(bootstrap: str, topic: str, read_committed: bool = True,
                          "isolation.level": "read_committed" if read_committed
                          else "read_uncommitted", "log_level": 3})
     try:
-        parts = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
+        parts = sorted(consumer.list_topics(topic, timeout=scaled(10)).topics[topic].partitions)
         consumer.assign([TopicPartition(topic, p, 0) for p in parts])
         out: list[tuple[int, int, bytes | None, bytes | None]] = []
         at_end: set[int] = set()
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + scaled(timeout)
         while len(at_end) < len(parts):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{topic}: partitions {sorted(set(parts) - at_end)} not "
-                                   f"read to their end within {timeout} s")
+                                   f"read to their end within {scaled(timeout):g} s")
             # A short timeout: consume() waits for num_messages or the timeout, whichever
             # comes first, and the end of the log never fills a batch.
             for m in consumer.consume(10_000, timeout=0.2):

@@ -17,6 +17,7 @@ import pytest
 from headrace.broker.groups.coordinator import GroupConfig, GroupCoordinator, JoinRequest
 from headrace.broker.groups.group import Group, GroupState, JoinResult
 from headrace.protocol.errors import ErrorCode, KafkaProtocolError
+from headrace.testing import scaled
 
 DELAY_S = 0.3  # the initial rebalance delay used below
 SESSION_MS = 10_000
@@ -211,7 +212,7 @@ def test_the_initial_delay_is_capped_by_the_rebalance_timeout() -> None:
             h.join(await h.new_member_id(rebalance_ms=1000), rebalance_ms=1000)
             await settle()
             h.pass_time(DELAY_S * 0.9)
-        r = await asyncio.wait_for(first, 1)
+        r = await asyncio.wait_for(first, scaled(10))
         assert r.error_code == 0 and r.generation_id == 1
 
     run(scenario)
@@ -657,7 +658,7 @@ def test_leaving_while_others_wait_completes_the_rebalance_for_them() -> None:
         await settle()
         assert not rejoin.done()
         h.coord.leave("g", b.member_id, None)
-        r = await asyncio.wait_for(rejoin, 1)
+        r = await asyncio.wait_for(rejoin, scaled(10))
         assert (r.error_code, r.generation_id, r.leader) == (0, 2, a.member_id)
         assert [m for m, _, _ in r.members] == [a.member_id]
 

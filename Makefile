@@ -30,10 +30,14 @@ jvm/lib/.stamp: $(JVM_SOURCES) scripts/setup-jvm.sh $(STAMP)
 demo: setup
 	@PYSPARK_PYTHON=$(abspath $(BIN))/python $(BIN)/python -m headrace demo fraud
 
+# Test modules spread over TEST_WORKERS processes (each a whole module: module fixtures are
+# shared; tests/timing.py hands out the longest first and reports the time per area).
+TEST_WORKERS ?= 3
 test: setup
 	@$(BIN)/ruff check -q src tests bench
 	@$(BIN)/mypy --no-error-summary src/headrace
-	@PYSPARK_PYTHON=$(abspath $(BIN))/python $(BIN)/python -m pytest -q -p no:cacheprovider
+	@PYSPARK_PYTHON=$(abspath $(BIN))/python $(BIN)/python -m pytest -q -p no:cacheprovider \
+		-n $(TEST_WORKERS) --dist loadfile
 
 lint: setup
 	@$(BIN)/ruff check src tests bench

@@ -29,6 +29,30 @@ BUDGETS: dict[str, float] = {
     "unit": 120,
 }
 SLOWEST = 15
+# The longest modules (measured; the report above shows when another joins them), handed
+# out first when pytest-xdist spreads modules over workers, so none starts last and runs
+# alone at the end. The rest keep their collection order.
+LONGEST_FIRST = (
+    "tests/spark/test_exactly_once_crash.py",
+    "tests/pipelines/test_fraud_pipeline.py",
+    "tests/pipelines/test_fraud_realtime.py",
+    "tests/streaming/test_joins.py",
+    "tests/spark/test_spark_kafka.py",
+    "tests/streaming/test_oracle.py",
+    "tests/streaming/test_windows.py",
+    "tests/spark/test_source.py",
+    "tests/spark/test_scaleout.py",
+    "tests/integration/test_transactions.py",
+    "tests/spark/test_sink.py",
+    "tests/pipelines/test_fraud_demo.py",
+    "tests/cdc/test_connector.py",
+    "tests/compat/test_java_client.py",
+    "tests/integration/test_groups.py",
+    "tests/pipelines/test_bank_projections.py",
+    "tests/registry/test_durability.py",
+    "tests/pipelines/test_bank_demo.py",
+    "tests/streaming/test_scale.py",
+)
 
 _durations: dict[str, float] = defaultdict(float)
 
@@ -37,6 +61,18 @@ def area_of(nodeid: str) -> str:
     """``tests/spark/test_sink.py::test_x`` -> ``spark``."""
     parts = nodeid.split("::", 1)[0].split("/")
     return parts[1] if len(parts) > 2 and parts[0] == "tests" else parts[0]
+
+
+def schedule_rank(nodeid: str) -> int:
+    """Where a test's module stands in ``LONGEST_FIRST`` (after all of them: not there)."""
+    path = nodeid.split("::", 1)[0]
+    return next((i for i, p in enumerate(LONGEST_FIRST) if path == p), len(LONGEST_FIRST))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest modules first (a stable sort: the same order in every xdist worker)."""
+    items.sort(key=lambda item: schedule_rank(item.nodeid))
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

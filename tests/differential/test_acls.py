@@ -221,7 +221,9 @@ def test_same_answer_as_kafka(kafka_secured: Secured, headrace_secured: Secured,
     assert answers["headrace"] == answers["kafka"], answers
 
 
-@pytest.mark.parametrize(("user", "topic"), [("alice", PAY), ("bob", PAY), ("alice", SECRET)])
+# ids without the topics' random suffix: every xdist worker must collect the same names
+@pytest.mark.parametrize(("user", "topic"), [("alice", PAY), ("bob", PAY), ("alice", SECRET)],
+                         ids=["alice-pay", "bob-pay", "alice-secret"])
 def test_produce_same_as_kafka(kafka_secured: Secured, headrace_secured: Secured, user: str,
                                topic: str) -> None:
     codes = {}

@@ -30,14 +30,15 @@ jvm/lib/.stamp: $(JVM_SOURCES) scripts/setup-jvm.sh $(STAMP)
 demo: setup
 	@PYSPARK_PYTHON=$(abspath $(BIN))/python $(BIN)/python -m headrace demo fraud
 
-# Test modules spread over TEST_WORKERS processes (each a whole module: module fixtures are
-# shared; tests/timing.py hands out the longest first and reports the time per area).
-TEST_WORKERS ?= 3
+# Tests spread over TEST_WORKERS processes in groups (tests/timing.py: Spark applications
+# together, the SparkSession's tests together, each other module whole), and the time
+# per area reported at the end.
+TEST_WORKERS ?= 2
 test: setup
 	@$(BIN)/ruff check -q src tests bench
 	@$(BIN)/mypy --no-error-summary src/headrace
 	@PYSPARK_PYTHON=$(abspath $(BIN))/python $(BIN)/python -m pytest -q -p no:cacheprovider \
-		-n $(TEST_WORKERS) --dist loadfile
+		-n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
 lint: setup
 	@$(BIN)/ruff check src tests bench

@@ -92,6 +92,9 @@ def cli(
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC_DIR), env.get("PYTHONPATH")]))
     env.pop("HEADRACE_BOOTSTRAP_SERVERS", None)
+    # tables at a fixed width wider than any row: rich otherwise sizes them to whatever
+    # terminal (or none, in an xdist worker) the test run happens to have
+    env["COLUMNS"] = "250"
     if servers is not None:
         env["HEADRACE_BOOTSTRAP_SERVERS"] = servers
     return subprocess.run(

@@ -37,6 +37,7 @@ def test_exact_alerts_late_and_dead_letters(spark: SparkSession, tmp_path: Path)
         assert sum(int(n) for n in observed) == truth.late_count
 
 
+@pytest.mark.timeout(900)  # four Spark applications in turn, ~4 min
 def test_kill_9_and_restart_repeats_no_alert(tmp_path: Path) -> None:
     rng = random.Random(5)
     with EmbeddedBroker() as broker:

@@ -73,6 +73,7 @@ def test_exact_alerts_equal_to_the_micro_batch_path(spark: SparkSession, tmp_pat
         assert alert_keys(realtime) == alert_keys(microbatch)
 
 
+@pytest.mark.timeout(600)  # Spark applications in turn, ~2 min
 def test_kill_9_and_restart_loses_no_alert(tmp_path: Path) -> None:
     rng = random.Random(8)
     with EmbeddedBroker() as broker:

@@ -32,7 +32,8 @@ from headrace.testing import EmbeddedBroker
 from tests.spark.kafka_helpers import create_topic, produce
 from tests.spark.spark_workers.supervisor import SparkWorker, read_topic
 
-pytestmark = pytest.mark.slow
+# eleven Spark applications in turn: its own limit, well above the ~5 min it takes
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 RECORDS = 36_000
 INPUT_PARTITIONS = 6

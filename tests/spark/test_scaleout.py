@@ -63,7 +63,7 @@ pytestmark = pytest.mark.slow
 MASTER = "local-cluster[2,1,1024]"
 PARTITIONS = 4
 RECORDS = 3_000
-WORKER_TIMEOUT_S = 150.0
+WORKER_TIMEOUT_S = 300.0  # every job of the module, each on a local cluster
 
 
 # --- Tansu ---------------------------------------------------------------------------------

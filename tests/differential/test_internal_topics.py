@@ -14,27 +14,28 @@ such, with CreatePartitions in validate-only mode, and DeleteTopics is never sen
 
 from __future__ import annotations
 
-import time
-import uuid
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
-from kafka.protocol.admin import (
-    CreatePartitionsRequest,
-    CreateTopicsRequest,
-    DeleteRecordsRequest,
-    DescribeConfigsRequest,
-    IncrementalAlterConfigsRequest,
-)
-from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
-from kafka.protocol.producer import AddPartitionsToTxnRequest, ProduceRequest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
-from headrace.protocol.records import build_batch
 from headrace.testing import scaled
 from tests.differential.secured import USERS, Secured, login
+from tests.integration.attacks import (
+    add_to_transaction,
+    alter_configs,
+    create_partitions,
+    create_topic,
+    delete_records,
+    describe_configs,
+    fetch,
+    list_offsets,
+    metadata,
+    produce,
+)
 from tests.integration.rawclient import RawClient
 from tests.integration.txn_support import wait_for
 
@@ -43,93 +44,12 @@ TOPICS = (*INTERNAL, "__cluster_metadata")
 Attempt = Callable[[RawClient, str], Any]
 
 
-def produce(c: RawClient, topic: str) -> int:
-    P = ProduceRequest
-    batch = build_batch([(b"\x00\x01forged-key", b"\x00\x03forged-value")],
-                        timestamp_ms=int(time.time() * 1000))
-    r = c.request(P(transactional_id=None, acks=-1, timeout_ms=5000, topic_data=[
-        P.TopicProduceData(name=topic, partition_data=[
-            P.TopicProduceData.PartitionProduceData(index=0, records=batch)])]), 9)
-    return int(r.responses[0].partition_responses[0].error_code)
-
-
-def fetch(c: RawClient, topic: str) -> int:
-    ft = FetchRequest.FetchTopic
-    r = c.request(FetchRequest(
-        replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 16, isolation_level=0,
-        session_id=0, session_epoch=-1, topics=[ft(topic=topic, partitions=[
-            ft.FetchPartition(partition=0, current_leader_epoch=-1, fetch_offset=0,
-                              last_fetched_epoch=-1, log_start_offset=-1,
-                              partition_max_bytes=1 << 16)])],
-        forgotten_topics_data=[], rack_id=""), 12)
-    return int(r.responses[0].partitions[0].error_code)
-
-
-def list_offsets(c: RawClient, topic: str) -> int:
-    lt = ListOffsetsRequest.ListOffsetsTopic
-    r = c.request(ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[lt(
-        name=topic, partitions=[lt.ListOffsetsPartition(
-            partition_index=0, current_leader_epoch=-1, timestamp=-1)])]), 7)
-    return int(r.topics[0].partitions[0].error_code)
-
-
-def delete_records(c: RawClient, topic: str) -> int:
-    dr = DeleteRecordsRequest.DeleteRecordsTopic
-    r = c.request(DeleteRecordsRequest(topics=[dr(name=topic, partitions=[
-        dr.DeleteRecordsPartition(partition_index=0, offset=-1)])], timeout_ms=5000), 2)
-    return int(r.topics[0].partitions[0].error_code)
-
-
-def describe_configs(c: RawClient, topic: str) -> int:
-    res = DescribeConfigsRequest.DescribeConfigsResource(
-        resource_type=2, resource_name=topic, configuration_keys=["retention.ms"])
-    r = c.request(DescribeConfigsRequest(resources=[res], include_synonyms=False,
-                                         include_documentation=False), 4)
-    return int(r.results[0].error_code)
-
-
-def alter_configs(c: RawClient, topic: str) -> int:
-    ar = IncrementalAlterConfigsRequest.AlterConfigsResource
-    r = c.request(IncrementalAlterConfigsRequest(resources=[ar(
-        resource_type=2, resource_name=topic, configs=[ar.AlterableConfig(
-            name="retention.ms", config_operation=0, value="1")])], validate_only=True), 1)
-    return int(r.responses[0].error_code)
-
-
-def create_topic(c: RawClient, topic: str) -> int:
-    t = CreateTopicsRequest.CreatableTopic(name=topic, num_partitions=1, replication_factor=1,
-                                           assignments=[], configs=[])
-    return int(c.request(CreateTopicsRequest(topics=[t], timeout_ms=5000, validate_only=True),
-                         7).topics[0].error_code)
-
-
-def metadata(c: RawClient, topic: str) -> tuple[int, bool]:
-    r = c.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
-                                  allow_auto_topic_creation=True), 12)
-    return int(r.topics[0].error_code), bool(r.topics[0].is_internal)
-
-
-def add_to_transaction(c: RawClient, topic: str) -> int:
-    t = AddPartitionsToTxnRequest.AddPartitionsToTxnTopic
-    r = c.request(AddPartitionsToTxnRequest(
-        v3_and_below_transactional_id=f"mallory-{uuid.uuid4().hex[:6]}",
-        v3_and_below_producer_id=1, v3_and_below_producer_epoch=0,
-        v3_and_below_topics=[t(name=topic, partitions=[0])]), 3)
-    return int(r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code)
-
-
-def create_partitions(c: RawClient, topic: str) -> int:
-    cp = CreatePartitionsRequest.CreatePartitionsTopic
-    r = c.request(CreatePartitionsRequest(topics=[cp(name=topic, count=8, assignments=None)],
-                                          timeout_ms=5000, validate_only=True), 1)
-    return int(r.results[0].error_code)
-
-
 ATTEMPTS: dict[str, Attempt] = {
     "produce": produce, "fetch": fetch, "list offsets": list_offsets,
     "delete records": delete_records, "describe configs": describe_configs,
     "alter configs (validate only)": alter_configs,
-    "create topic (validate only)": create_topic, "metadata": metadata,
+    "create topic (validate only)": partial(create_topic, validate_only=True),
+    "metadata": metadata,
 }
 
 
@@ -204,7 +124,8 @@ def test_listing_marks_the_same_topics_internal(pair: dict[str, Secured]) -> Non
 @pytest.mark.parametrize("topic", INTERNAL)
 def test_growing_an_internal_topic_is_where_headrace_is_stricter(
         pair: dict[str, Secured], topic: str) -> None:
-    answers = each(pair, "mallory", lambda c: create_partitions(c, topic))
+    answers = each(pair, "mallory",
+                   lambda c: create_partitions(c, topic, validate_only=True))
     assert answers == {"kafka": 0, "headrace": 17}
 
 

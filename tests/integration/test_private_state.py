@@ -42,19 +42,11 @@ from confluent_kafka.admin import (
 from kafka import KafkaAdminClient, KafkaConsumer
 from kafka.errors import KafkaError as KpError
 from kafka.protocol.admin import (
-    CreatePartitionsRequest,
-    CreateTopicsRequest,
-    DeleteRecordsRequest,
-    DeleteTopicsRequest,
-    DescribeConfigsRequest,
     DescribeLogDirsRequest,
-    IncrementalAlterConfigsRequest,
 )
 from kafka.protocol.admin.acl import CreateAclsRequest, DescribeAclsRequest
 from kafka.protocol.admin.users import DescribeUserScramCredentialsRequest
-from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest, OffsetForLeaderEpochRequest
 from kafka.protocol.metadata import MetadataRequest
-from kafka.protocol.producer import AddPartitionsToTxnRequest, ProduceRequest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 from kafka.structs import TopicPartition as KpTopicPartition
 
@@ -62,6 +54,7 @@ from headrace.broker.security.acls import AclBinding as StoredBinding
 from headrace.broker.security.scram import make_credential
 from headrace.protocol.records import build_batch
 from headrace.testing import EmbeddedBroker, _free_port, scaled
+from tests.integration import attacks
 from tests.integration.legacy_layout import acl_record, credential_record, write_legacy_layout
 from tests.integration.rawclient import RawClient
 from tests.integration.tls_support import Pki, make_pki
@@ -188,106 +181,17 @@ def forged_records(topic: str) -> bytes:
     return build_batch(records, timestamp_ms=int(time.time() * 1000))
 
 
-def produce(c: RawClient, topic: str) -> int:
-    P = ProduceRequest
-    r = c.request(P(transactional_id=None, acks=-1, timeout_ms=5000, topic_data=[
-        P.TopicProduceData(name=topic, partition_data=[
-            P.TopicProduceData.PartitionProduceData(index=0, records=forged_records(topic))])]),
-        9)
-    return int(r.responses[0].partition_responses[0].error_code)
-
-
-def fetch(c: RawClient, topic: str) -> int:
-    ft = FetchRequest.FetchTopic
-    r = c.request(FetchRequest(
-        replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
-        session_id=0, session_epoch=-1, topics=[ft(topic=topic, partitions=[
-            ft.FetchPartition(partition=0, current_leader_epoch=-1, fetch_offset=0,
-                              last_fetched_epoch=-1, log_start_offset=-1,
-                              partition_max_bytes=1 << 20)])],
-        forgotten_topics_data=[], rack_id=""), 12)
-    return int(r.responses[0].partitions[0].error_code)
-
-
-def list_offsets(c: RawClient, topic: str) -> int:
-    lt = ListOffsetsRequest.ListOffsetsTopic
-    r = c.request(ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[lt(
-        name=topic, partitions=[lt.ListOffsetsPartition(
-            partition_index=0, current_leader_epoch=-1, timestamp=-1)])]), 7)
-    return int(r.topics[0].partitions[0].error_code)
-
-
-def leader_epoch(c: RawClient, topic: str) -> int:
-    t = OffsetForLeaderEpochRequest.OffsetForLeaderTopic
-    r = c.request(OffsetForLeaderEpochRequest(replica_id=-1, topics=[t(
-        topic=topic, partitions=[t.OffsetForLeaderPartition(
-            partition=0, current_leader_epoch=-1, leader_epoch=0)])]), 4)
-    return int(r.topics[0].partitions[0].error_code)
-
-
-def delete_records(c: RawClient, topic: str) -> int:
-    dr = DeleteRecordsRequest.DeleteRecordsTopic
-    r = c.request(DeleteRecordsRequest(topics=[dr(name=topic, partitions=[
-        dr.DeleteRecordsPartition(partition_index=0, offset=-1)])], timeout_ms=5000), 2)
-    return int(r.topics[0].partitions[0].error_code)
-
-
-def delete_topic(c: RawClient, topic: str) -> int:
-    r = c.request(DeleteTopicsRequest(topic_names=[topic], timeout_ms=5000), 5)
-    return int(r.responses[0].error_code)
-
-
-def create_partitions(c: RawClient, topic: str) -> int:
-    cp = CreatePartitionsRequest.CreatePartitionsTopic
-    r = c.request(CreatePartitionsRequest(topics=[cp(name=topic, count=4, assignments=None)],
-                                          timeout_ms=5000, validate_only=False), 1)
-    return int(r.results[0].error_code)
-
-
-def alter_configs(c: RawClient, topic: str) -> int:
-    """Validate only (Kafka's answer is the point, not the change)."""
-    ar = IncrementalAlterConfigsRequest.AlterConfigsResource
-    r = c.request(IncrementalAlterConfigsRequest(resources=[ar(
-        resource_type=2, resource_name=topic, configs=[ar.AlterableConfig(
-            name="retention.ms", config_operation=0, value="1")])], validate_only=True), 1)
-    return int(r.responses[0].error_code)
-
-
-def describe_configs(c: RawClient, topic: str) -> int:
-    res = DescribeConfigsRequest.DescribeConfigsResource(
-        resource_type=2, resource_name=topic, configuration_keys=None)
-    r = c.request(DescribeConfigsRequest(resources=[res], include_synonyms=False,
-                                         include_documentation=False), 4)
-    return int(r.results[0].error_code)
-
-
-def create_topic(c: RawClient, topic: str) -> int:
-    t = CreateTopicsRequest.CreatableTopic(name=topic, num_partitions=1, replication_factor=1,
-                                           assignments=[], configs=[])
-    return int(c.request(CreateTopicsRequest(topics=[t], timeout_ms=5000,
-                                             validate_only=False), 7).topics[0].error_code)
-
-
-def metadata_named(c: RawClient, topic: str) -> int:
-    r = c.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
-                                  allow_auto_topic_creation=True), 12)
-    return int(r.topics[0].error_code)
-
-
-def add_to_transaction(c: RawClient, topic: str) -> int:
-    t = AddPartitionsToTxnRequest.AddPartitionsToTxnTopic
-    r = c.request(AddPartitionsToTxnRequest(
-        v3_and_below_transactional_id=f"tx-{uuid.uuid4().hex[:6]}", v3_and_below_producer_id=1,
-        v3_and_below_producer_epoch=0, v3_and_below_topics=[t(name=topic, partitions=[0])]), 3)
-    return int(r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code)
+def produce_forged(c: RawClient, topic: str) -> int:
+    return attacks.produce(c, topic, forged_records(topic))
 
 
 ATTEMPTS: dict[str, Attempt] = {
-    "produce": produce, "fetch": fetch, "list offsets": list_offsets,
-    "leader epoch": leader_epoch, "delete records": delete_records,
-    "delete topic": delete_topic, "create partitions": create_partitions,
-    "alter configs": alter_configs, "describe configs": describe_configs,
-    "create topic": create_topic, "metadata (auto-create)": metadata_named,
+    "produce": produce_forged, "fetch": attacks.fetch, "list offsets": attacks.list_offsets,
+    "leader epoch": attacks.leader_epoch, "delete records": attacks.delete_records,
+    "delete topic": attacks.delete_topic, "create partitions": attacks.create_partitions,
+    "alter configs": attacks.alter_configs, "describe configs": attacks.describe_configs,
+    "create topic": attacks.create_topic,
+    "metadata (auto-create)": lambda c, topic: attacks.metadata(c, topic)[0],
 }
 # Internal topics: readable, reconfigurable with the grants (Kafka's rules), never changed.
 INTERNAL_ANSWERS = {"produce": INVALID_TOPIC, "fetch": 0, "list offsets": 0,
@@ -302,7 +206,7 @@ PRIVATE_ANSWERS = {**dict.fromkeys(ATTEMPTS, UNKNOWN_TOPIC), "create topic": INV
 def answers(c: RawClient, topic: str) -> dict[str, int]:
     got = {what: attempt(c, topic) for what, attempt in ATTEMPTS.items()}
     if topic in INTERNAL:
-        got["add to transaction"] = add_to_transaction(c, topic)
+        got["add to transaction"] = attacks.add_to_transaction(c, topic)
     return got
 
 

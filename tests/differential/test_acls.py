@@ -23,12 +23,13 @@ from kafka.protocol.admin import (
 )
 from kafka.protocol.admin.acl import CreateAclsRequest, DescribeAclsRequest
 from kafka.protocol.admin.users import DescribeUserScramCredentialsRequest
-from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest, OffsetFetchRequest
+from kafka.protocol.consumer import ListOffsetsRequest, OffsetFetchRequest
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 from kafka.protocol.producer import InitProducerIdRequest
 
 from headrace.testing import scaled
 from tests.differential.secured import GROUP, PAY, SECRET, SUFFIX, USERS, Secured, login
+from tests.integration import attacks
 from tests.integration.rawclient import RawClient
 
 MT = MetadataRequest.MetadataRequestTopic
@@ -37,17 +38,7 @@ TRANSIENT = (14, 15)  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE
 
 
 def _fetch(topic: str) -> Scenario:
-    def run(c: RawClient) -> Any:
-        ft = FetchRequest.FetchTopic
-        r = c.request(FetchRequest(
-            replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
-            session_id=0, session_epoch=-1, topics=[ft(topic=topic, partitions=[
-                ft.FetchPartition(partition=0, current_leader_epoch=-1, fetch_offset=0,
-                                  last_fetched_epoch=-1, log_start_offset=-1,
-                                  partition_max_bytes=1 << 20)])],
-            forgotten_topics_data=[], rack_id=""), 12)
-        return r.responses[0].partitions[0].error_code
-    return run
+    return lambda c: attacks.fetch(c, topic)
 
 
 def _metadata(*names: str, create: bool = False) -> Scenario:

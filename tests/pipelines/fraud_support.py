@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from headrace.pipelines.fraud.generator import FraudConfig, FraudTopics, ensure_topics, run
@@ -74,6 +75,40 @@ def wait_for_profiles(worker: SparkWorker, profiles: int, timeout_s: float = 120
         time.sleep(0.2)
     raise TimeoutError(f"the real-time worker did not read {profiles} profiles; stderr "
                        f"ends:\n{worker.stderr_tail()}")
+
+
+def end_offsets(bootstrap: str, topic: str) -> int:
+    """The sum of ``topic``'s high watermarks over its partitions."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "fraud-tests-ends"})
+    try:
+        meta = consumer.list_topics(topic, timeout=scaled(10)).topics[topic]
+        return sum(consumer.get_watermark_offsets(TopicPartition(topic, p),
+                                                  timeout=scaled(10))[1]
+                   for p in meta.partitions)
+    finally:
+        consumer.close()
+
+
+def wait_caught_up(worker: SparkWorker, bootstrap: str, timeout_s: float = 300.0) -> None:
+    """Until the real-time worker's latest checkpoint covers every record now in the topics
+    it reads: everything the generator wrote has been processed and its alerts flushed.
+    Waiting for quiet on the alert topic alone is not enough after a restart: a driver
+    still starting (30-60 s on a loaded machine) writes nothing for a while either."""
+    deadline = time.monotonic() + scaled(timeout_s)
+    wanted: dict[str, int] = {}
+    while time.monotonic() < deadline:
+        progress = [e for e in worker.events() if e.startswith("progress ")]
+        if progress:
+            seen: dict[str, int] = json.loads(progress[-1].split(" ", 1)[1])
+            for topic in seen:
+                if topic not in wanted:
+                    wanted[topic] = end_offsets(bootstrap, topic)
+            if wanted and all(seen.get(t, 0) >= n for t, n in wanted.items()):
+                return
+        assert not worker.exited(), worker.stderr_tail()
+        time.sleep(0.5)
+    raise TimeoutError(f"the real-time worker did not catch up to {wanted}; stderr ends:\n"
+                       f"{worker.stderr_tail()}")
 
 
 def alert_keys(alerts: list[dict[str, Any]]) -> set[tuple[str, str]]:

@@ -29,6 +29,7 @@ from tests.pipelines.fraud_support import (
     fraud_config,
     generate,
     settled_alerts,
+    wait_caught_up,
     wait_for_profiles,
 )
 from tests.spark.spark_workers.supervisor import SparkWorker
@@ -57,6 +58,7 @@ def test_exact_alerts_equal_to_the_micro_batch_path(spark: SparkSession, tmp_pat
             users = fraud_config(11, 100, 90).users
             truth = generate(bootstrap, seed=11, rate=100, duration=90,
                              before_stream=lambda: wait_for_profiles(worker, users))
+            wait_caught_up(worker, bootstrap)
             realtime = settled_alerts(bootstrap, ALERTS)
             assert not any(e.startswith("failed") for e in worker.events()), \
                 worker.stderr_tail()
@@ -105,7 +107,8 @@ def test_kill_9_and_restart_loses_no_alert(tmp_path: Path) -> None:
                 assert worker.wait_for("started", 180), worker.stderr_tail()
             traffic.join(scaled(120))
             assert truth_box, "the generator did not finish"
-            alerts = settled_alerts(bootstrap, ALERTS, quiet_s=10.0)
+            wait_caught_up(worker, bootstrap)
+            alerts = settled_alerts(bootstrap, ALERTS)
         finally:
             worker.kill()
         assert kills >= 2

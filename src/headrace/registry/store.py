@@ -109,8 +109,7 @@ class SchemaStore:
         except KafkaException as e:
             if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise StoreError(f"cannot create {self.topic}: {e.args[0].str()}") from e
-        metadata = admin.list_topics(self.topic, timeout=self.timeout)
-        partitions = metadata.topics[self.topic].partitions
+        partitions = self._partitions(admin)
         if len(partitions) != 1:
             raise StoreError(f"{self.topic} has {len(partitions)} partitions; the registry "
                              f"needs exactly 1 (a total order of its records)")
@@ -120,6 +119,22 @@ class SchemaStore:
         if "compact" not in policy or "delete" in policy:
             raise StoreError(f"{self.topic} has cleanup.policy={policy}; it must be 'compact' "
                              f"(deletion by retention would lose schemas)")
+
+    def _partitions(self, admin: AdminClient) -> dict[int, Any]:
+        """The topic's partitions once its metadata has settled: a topic just created
+        (here or by a concurrent registry) can be listed for a moment with no partitions
+        or without leaders (Kafka's controller propagates it to the brokers
+        asynchronously). Polls until every partition has a leader or ``timeout``."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            metadata = admin.list_topics(self.topic, timeout=self.timeout)
+            topic = metadata.topics[self.topic]
+            partitions = topic.partitions
+            settled = (topic.error is None and partitions
+                       and all(p.leader >= 0 for p in partitions.values()))
+            if settled or time.monotonic() >= deadline:
+                return dict(partitions)
+            time.sleep(0.1)
 
     # -- reading -----------------------------------------------------------------------
 

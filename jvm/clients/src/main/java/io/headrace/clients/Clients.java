@@ -21,7 +21,25 @@ import org.apache.kafka.common.serialization.StringSerializer;
 
 /** Client configurations and helpers shared by the scenarios (API present in 3.9 and 4.x). */
 final class Clients {
-    static final Duration TIMEOUT = Duration.ofSeconds(30);
+    /** The tests' timeout knob (HEADRACE_TEST_TIMEOUT_SCALE, as headrace.testing.scaled):
+     * every wait of a scenario is derived from it. */
+    static final double SCALE = timeoutScale();
+    static final Duration TIMEOUT = scaled(30);
+
+    static double timeoutScale() {
+        String raw = System.getenv("HEADRACE_TEST_TIMEOUT_SCALE");
+        if (raw == null || raw.isBlank()) return 1.0;
+        try {
+            double scale = Double.parseDouble(raw.trim());
+            return scale > 0 ? scale : 1.0;
+        } catch (NumberFormatException e) {
+            return 1.0;
+        }
+    }
+
+    static Duration scaled(long seconds) {
+        return Duration.ofMillis(Math.round(seconds * 1000 * SCALE));
+    }
     static final long BASE_TIMESTAMP = 1_700_000_000_000L;
 
     private Clients() {}

@@ -141,9 +141,9 @@ final class ConsumerScenarios {
                .append(", member ").append(c.groupMetadata().memberId())
                .append(", assignment ").append(c.assignment());
             for (TopicPartition tp : c.assignment()) {
-                out.append(", ").append(tp).append(" at ").append(c.position(tp, Duration.ofSeconds(5)));
+                out.append(", ").append(tp).append(" at ").append(c.position(tp, Clients.scaled(5)));
             }
-            out.append(", committed ").append(c.committed(c.assignment(), Duration.ofSeconds(5)));
+            out.append(", committed ").append(c.committed(c.assignment(), Clients.scaled(5)));
         } catch (RuntimeException e) {
             out.append(" (then ").append(Clients.errorName(e)).append(")");
         }

@@ -62,7 +62,7 @@ final class Member implements Runnable, ConsumerRebalanceListener {
         } catch (Throwable t) {
             failure = t;
         } finally {
-            consumer.close(Duration.ofSeconds(10));
+            consumer.close(Clients.scaled(10));
         }
     }
 

@@ -315,10 +315,14 @@ def test_seek_to_an_offset(
 
 
 def test_null_keys_fail_alone_in_a_compacted_batch(any_broker: AnyBroker, topic_name: str) -> None:
-    """librdkafka's 0011_produce_batch: one batch of 100 records to a compacted topic, 10
-    without a key. The broker names those 10 (record_errors), so librdkafka fails them
-    with INVALID_RECORD and the other 90 with _INVALID_DIFFERENT_RECORD; nothing is
-    appended."""
+    """librdkafka's 0011_produce_batch: 100 records to a compacted topic, every tenth
+    without a key, sent as one batch (linger 10 s, batch.num.messages 100). The broker
+    names the keyless records (record_errors), so librdkafka fails them with INVALID_RECORD
+    and the rest of their batch with _INVALID_DIFFERENT_RECORD; nothing of that batch is
+    appended. On a loaded machine librdkafka may still split the records into several
+    batches; then each batch holds a keyless record (they are 10 apart) unless it is
+    shorter than 10, and such a short batch without one is appended whole: the assertions
+    hold for any split."""
     bootstrap = any_broker.bootstrap_servers
     create(AdminClient({"bootstrap.servers": bootstrap}), topic_name, 1,
            **{"cleanup.policy": "compact"})
@@ -334,11 +338,9 @@ def test_null_keys_fail_alone_in_a_compacted_batch(any_broker: AnyBroker, topic_
                              i, err.code() if err is not None else 0))
     assert producer.flush(scaled(TIMEOUT)) == 0
     assert {i for i, code in reports.items() if code == KafkaError.INVALID_RECORD} == null_keys
-    assert {i for i, code in reports.items()
-            if code == KafkaError._INVALID_DIFFERENT_RECORD} == set(range(100)) - null_keys
-    watcher = Consumer({"bootstrap.servers": bootstrap, "group.id": "headrace-compat-unused"})
-    try:
-        assert watcher.get_watermark_offsets(TopicPartition(topic_name, 0),
-                                             scaled(TIMEOUT)) == (0, 0)
-    finally:
-        watcher.close()
+    refused = {i for i, code in reports.items() if code == KafkaError._INVALID_DIFFERENT_RECORD}
+    appended = sorted(i for i, code in reports.items() if code == 0)
+    assert refused | set(appended) == set(range(100)) - null_keys, reports
+    assert refused, f"no record refused for sharing a batch with a keyless one: {reports}"
+    stored = confluent_consume(bootstrap, topic_name, [0])
+    assert [int(m.value) for m in stored] == appended

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import struct
 import time
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -22,7 +23,7 @@ from kafka.protocol.admin import (
     DescribeGroupsRequest,
 )
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
-from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
+from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest
 from kafka.protocol.producer import (
     AddPartitionsToTxnRequest,
     EndTxnRequest,
@@ -194,6 +195,37 @@ def unsupported_version(c: RawClient, bootstrap: str, topic: str) -> Any:
             "healthy": healthy(bootstrap)}
 
 
+def legacy_message_set() -> bytes:
+    """One magic-1 message (what Produce v2 carries), in a message set at offset 0."""
+    body = struct.pack(">bbqi", 1, 0, int(time.time() * 1000), 1) + b"k" + struct.pack(
+        ">i", 1) + b"v"
+    message = struct.pack(">I", zlib.crc32(body)) + body
+    return struct.pack(">qi", 0, len(message)) + message
+
+
+def legacy_produce(c: RawClient, bootstrap: str, topic: str) -> Any:
+    """Produce v0-2 (Kafka 4 removed them, KIP-896) stay advertised, as Kafka 4 does for
+    librdkafka's sake (KAFKA-18659), and a request at those versions closes its
+    connection; at v3+ a magic-1 message set is an invalid record."""
+    versions = c.request(ApiVersionsRequest(), 0)
+    produce_min = next(k.min_version for k in versions.api_keys if k.api_key == 0)
+    closed = {}
+    for version in (0, 1, 2):
+        for name, records in (("v2_batch", build_batch([(b"k", b"v")])),
+                              ("message_set", legacy_message_set())):
+            with RawClient(bootstrap) as old:
+                P = ProduceRequest
+                req = P(transactional_id=None, acks=-1, timeout_ms=5000, topic_data=[
+                    P.TopicProduceData(name=topic, partition_data=[
+                        P.TopicProduceData.PartitionProduceData(index=0, records=records)])])
+                req.with_header(correlation_id=1, client_id="old")
+                old.send_raw(bytes(req.encode(version=version, header=True, framed=True)))
+                closed[f"v{version}_{name}"] = old.is_closed_by_peer()
+    return {"produce_min_version": produce_min, "closed": closed,
+            "v3_message_set": produce(c, topic, legacy_message_set(), version=3),
+            "high_watermark": fetch(c, topic), "healthy": healthy(bootstrap)}
+
+
 def end_txn_without_partitions(c: RawClient, bootstrap: str, topic: str) -> Any:
     txn = f"{topic}-txn"
     pid, epoch = init_producer_id(c, txn)
@@ -338,6 +370,10 @@ CASES: dict[str, tuple[Callable[[RawClient, str, str], Any], Any]] = {
         "three": 38, "zero": 38, "zero_partitions": 37}),
     "unsupported_version": (unsupported_version, {
         "api_versions": (7, 35), "produce_v99_closed": True, "healthy": True}),
+    "legacy_produce": (legacy_produce, {
+        "produce_min_version": 0, "closed": {f"v{v}_{n}": True for v in (0, 1, 2)
+                                             for n in ("v2_batch", "message_set")},
+        "v3_message_set": (87, -1), "high_watermark": (0, 0), "healthy": True}),
     "end_txn_without_partitions": (end_txn_without_partitions, {
         "commit": 48, "abort": 48, "wrong_pid": 49}),
     "txn_produce_verification": (txn_produce_verification, {

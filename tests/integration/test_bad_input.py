@@ -117,13 +117,13 @@ def test_bad_crc_gets_corrupt_message_and_nothing_is_stored(
         assert resp.responses[0].partition_responses[0].base_offset == 2
 
 
-def test_legacy_magic_gets_unsupported_for_message_format(
+def test_legacy_magic_gets_invalid_record(
     broker: EmbeddedBroker, topic_name: str
 ) -> None:
     legacy = bytearray(build_batch([(b"k", b"v")]))
     legacy[16] = 1  # magic byte
     with RawClient(broker.bootstrap_servers) as c:
-        assert produce(c, topic_name, bytes(legacy)) == ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT
+        assert produce(c, topic_name, bytes(legacy)) == ErrorCode.INVALID_RECORD
 
 
 def test_truncated_record_set_is_rejected(broker: EmbeddedBroker, topic_name: str) -> None:

@@ -116,9 +116,9 @@ class Connection:
             # KIP-511: answer in v0 with UNSUPPORTED_VERSION and the table, so the client
             # can retry with a version we serve.
             return _Outgoing(header, 0, False, unsupported_version_response())
-        if not 0 <= version <= spec.max_version:
-            raise FramingError(
-                f"API key {header.api_key} version {version} not served (0-{spec.max_version})")
+        if not spec.serves(version):
+            raise FramingError(f"API key {header.api_key} version {version} not served "
+                               f"({spec.min_version}-{spec.max_version})")
         try:
             request = spec.request_class.decode(memoryview(frame)[body_pos:], version=version)
         except Exception as e:

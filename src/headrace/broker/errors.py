@@ -28,7 +28,7 @@ def error_code_for(exc: BaseException) -> ErrorCode:
     if isinstance(exc, KafkaProtocolError):
         return exc.code
     if isinstance(exc, UnsupportedMagicError):
-        return ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT
+        return ErrorCode.INVALID_RECORD  # as Kafka 4 for Produce v3+ (no v0-2 served)
     if isinstance(exc, (CorruptBatchError, ProtocolError)):
         return ErrorCode.CORRUPT_MESSAGE
     if isinstance(exc, UnknownTopicError):

@@ -148,8 +148,9 @@ def broker(
             "-c",
             metavar="NAME=VALUE",
             help="Default of a topic config for every topic, by Kafka's broker name "
-            "(log.retention.ms=3600000, log.cleanup.policy=compact) or topic name, or a "
-            "listener's listener.name.<name>.ssl.client.auth; repeatable.",
+            "(log.retention.ms=3600000, log.cleanup.policy=compact) or topic name, a "
+            "listener's listener.name.<name>.ssl.client.auth, or "
+            "transaction.partition.verification.enable; repeatable.",
         ),
     ] = None,
     log_cleaner: Annotated[
@@ -249,6 +250,7 @@ def broker(
     )
     from headrace.broker.security.acls import AuthorizerConfig, parse_super_users
     from headrace.broker.server import run
+    from headrace.broker.txn.coordinator import VERIFICATION_CONFIG, TxnConfig
     from headrace.storage.cleaner import CleanerConfig
     from headrace.storage.config import LogConfig, broker_log_config
 
@@ -257,6 +259,9 @@ def broker(
         log = replace(log, segment_bytes=segment_bytes)
     try:
         listener_auth, topic_defaults = listener_client_auth(parse_configs(config or []))
+        verification = topic_defaults.pop(VERIFICATION_CONFIG, "true").strip().lower()
+        if verification not in ("true", "false"):
+            raise ValueError(f"{VERIFICATION_CONFIG} must be true or false")
         log = broker_log_config(topic_defaults, log)
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="'--config'") from e
@@ -285,6 +290,7 @@ def broker(
         authorizer=AuthorizerConfig(authorizer, parse_super_users(super_users),
                                     allow_everyone_if_no_acl_found),
         connections_max_reauth_ms=connections_max_reauth_ms,
+        txns=TxnConfig(partition_verification=verification == "true"),
     )
     try:
         listeners = parse_listeners(listener or [], listener_security_protocol_map,

@@ -199,7 +199,7 @@ def rewrite_base_offset(buf: bytearray, pos: int, base_offset: int, leader_epoch
 
 
 class UnsupportedMagicError(ProtocolError):
-    """A legacy (magic 0/1) message set: answered with UNSUPPORTED_FOR_MESSAGE_FORMAT."""
+    """A legacy (magic 0/1) message set: Produce answers INVALID_RECORD, as Kafka 4."""
 
 
 class CorruptBatchError(ProtocolError):
@@ -306,6 +306,13 @@ def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
 def control_committed(batch: bytes) -> bool | None:
     """For a control batch: True for a COMMIT marker, False for ABORT, None when the
     first record is not a readable marker."""
+    marker = control_marker(batch)
+    return None if marker is None else marker[0]
+
+
+def control_marker(batch: bytes) -> tuple[bool, int] | None:
+    """For a control batch: (COMMIT?, coordinator epoch) of its marker, or None when the
+    first record is not a readable marker (a coordinator epoch it lacks reads as -1)."""
     try:
         pos = HEADER_SIZE
         _, pos = _read_varint(batch, pos)  # record length
@@ -316,6 +323,10 @@ def control_committed(batch: bytes) -> bool | None:
         if key_length < 4:
             return None
         _, kind = struct.unpack_from(">hh", batch, pos)
+        pos += key_length
+        value_length, pos = _read_varint(batch, pos)
+        epoch = struct.unpack_from(">i", batch, pos + 2)[0] if value_length >= 6 else -1
     except (IndexError, struct.error):
         return None
-    return {CONTROL_COMMIT: True, CONTROL_ABORT: False}.get(kind)
+    committed = {CONTROL_COMMIT: True, CONTROL_ABORT: False}.get(kind)
+    return None if committed is None else (committed, epoch)

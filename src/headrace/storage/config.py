@@ -18,6 +18,9 @@ from typing import Any
 from headrace.storage.errors import InvalidConfigError
 
 LONG_MAX = 2**63 - 1
+# headrace's own topic config (Kafka's set has no such name); broker-wide:
+# headrace.log.flush.on.ack.
+FLUSH_ON_ACK = "headrace.flush.on.ack"
 INT_MAX = 2**31 - 1
 POLICIES = ("compact", "delete")
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
@@ -45,7 +48,8 @@ class LogConfig:
     segment_index_bytes: int = 10 * 1024 * 1024
     retention_ms: int = 7 * 24 * 3600 * 1000
     retention_bytes: int = -1
-    # fsync before acknowledging a produce (group commit across concurrent producers).
+    # headrace's own headrace.flush.on.ack: fsync before acknowledging a produce (group
+    # commit across concurrent producers).
     flush_on_ack: bool = False
     # Kafka's flush.messages / flush.ms: fsync once this many messages are unflushed
     # (before acknowledging the produce that reached it), and at most this long after an
@@ -115,6 +119,8 @@ class ConfigDef:
     maximum: float | None = None
     choices: tuple[str, ...] | None = None
     passthrough_default: str = ""
+    # False for Kafka's topic-only configs (no broker-wide setting of that name).
+    broker_level: bool = True
 
     def _invalid(self, raw: str, why: str) -> InvalidConfigError:
         return InvalidConfigError(f"Invalid value {raw} for configuration {self.name}: {why}")
@@ -264,8 +270,9 @@ CONFIG_DEFS: dict[str, ConfigDef] = dict([
          "log.index.interval.bytes", "bytes between two offset-index entries", minimum=0),
     _def("segment.index.bytes", "segment_index_bytes", ConfigType.INT,
          "log.index.size.max.bytes", "accepted; indexes here grow as needed", minimum=4),
-    _def("flush.on.ack", "flush_on_ack", ConfigType.BOOLEAN, "log.flush.on.ack",
-         "headrace: fsync (group commit) before acknowledging a produce"),
+    # headrace's own, not Kafka's: the prefix keeps it apart from Kafka's names.
+    _def(FLUSH_ON_ACK, "flush_on_ack", ConfigType.BOOLEAN, "headrace.log.flush.on.ack",
+         "headrace's own: fsync (group commit) before acknowledging a produce"),
     _def("flush.messages", "flush_messages", ConfigType.LONG, "log.flush.interval.messages",
          "fsync a partition once this many messages are unflushed, before acknowledging",
          minimum=1),
@@ -286,10 +293,10 @@ CONFIG_DEFS: dict[str, ConfigDef] = dict([
          passthrough_default="60000"),
     _def("follower.replication.throttled.replicas", None, ConfigType.LIST,
          "follower.replication.throttled.replicas", "accepted; no replication here",
-         passthrough_default=""),
+         passthrough_default="", broker_level=False),
     _def("leader.replication.throttled.replicas", None, ConfigType.LIST,
          "leader.replication.throttled.replicas", "accepted; no replication here",
-         passthrough_default=""),
+         passthrough_default="", broker_level=False),
     _def("local.retention.bytes", None, ConfigType.LONG, "log.local.retention.bytes",
          "accepted; no tiered storage (retention.bytes applies)", minimum=-2,
          passthrough_default="-2"),
@@ -299,12 +306,12 @@ CONFIG_DEFS: dict[str, ConfigDef] = dict([
     _def("preallocate", None, ConfigType.BOOLEAN, "log.preallocate",
          "accepted; segment files grow as written", passthrough_default="false"),
     _def("remote.storage.enable", None, ConfigType.BOOLEAN, "remote.storage.enable",
-         "accepted; no tiered storage", passthrough_default="false"),
+         "accepted; no tiered storage", passthrough_default="false", broker_level=False),
     _def("remote.log.copy.disable", None, ConfigType.BOOLEAN, "remote.log.copy.disable",
-         "accepted; no tiered storage", passthrough_default="false"),
+         "accepted; no tiered storage", passthrough_default="false", broker_level=False),
     _def("remote.log.delete.on.disable", None, ConfigType.BOOLEAN,
          "remote.log.delete.on.disable", "accepted; no tiered storage",
-         passthrough_default="false"),
+         passthrough_default="false", broker_level=False),
     _def("segment.jitter.ms", None, ConfigType.LONG, "log.roll.jitter.ms",
          "accepted; segments roll at segment.ms exactly", minimum=0,
          passthrough_default="0"),
@@ -317,12 +324,13 @@ CONFIG_DEFS: dict[str, ConfigDef] = dict([
     _def("unclean.leader.election.enable", None, ConfigType.BOOLEAN,
          "unclean.leader.election.enable", "accepted; no effect on one broker",
          passthrough_default="false"),
-    _def("message.format.version", None, ConfigType.STRING, "log.message.format.version",
-         "accepted; only record batch v2 is stored", passthrough_default="3.0-IV1"),
 ])
 
 # Kafka's broker-wide name -> topic config name.
-BROKER_SYNONYMS: dict[str, str] = {d.broker_name: d.name for d in CONFIG_DEFS.values()}
+BROKER_SYNONYMS: dict[str, str] = {d.broker_name: d.name for d in CONFIG_DEFS.values()
+                                   if d.broker_level}
+# Names older headrace versions stored in topic config files -> today's: still loaded.
+RENAMED = {"flush.on.ack": FLUSH_ON_ACK}
 _ATTRS = {f.name for f in fields(LogConfig)}
 assert all(d.attr is None or d.attr in _ATTRS for d in CONFIG_DEFS.values())
 

@@ -28,7 +28,8 @@ READ_ONLY = frozenset({
     "broker.id", "node.id", "advertised.listeners", "auto.create.topics.enable",
     "num.partitions", "default.replication.factor", "log.dirs", "socket.request.max.bytes",
     "log.retention.check.interval.ms", "log.cleaner.enable", "log.cleaner.backoff.ms",
-    "log.cleaner.dedupe.buffer.size", "producer.id.expiration.ms", "log.flush.on.ack",
+    "log.cleaner.dedupe.buffer.size", "producer.id.expiration.ms", "headrace.log.flush.on.ack",
+    "transaction.partition.verification.enable",
 })
 # Kafka's broker-level minimum where it is stricter than the topic config's.
 _BROKER_MINIMUM = {"log.segment.bytes": 1024 * 1024}

@@ -24,7 +24,7 @@ from headrace.protocol.errors import ProtocolError
 from headrace.protocol.records import (
     BatchHeader,
     build_control_batch,
-    control_committed,
+    control_marker,
     parse_header,
     record_timestamps,
     rewrite_base_offset,
@@ -112,7 +112,8 @@ class PartitionLog:
     def append_control(self, producer_id: int, producer_epoch: int, committed: bool,
                        coordinator_epoch: int = 0) -> int:
         """Append a COMMIT or ABORT marker for the producer's transaction; returns its
-        offset. Closes the transaction in the producer state (the LSO may advance)."""
+        offset. Closes the transaction in the producer state (the LSO may advance). No
+        checks: WriteTxnMarkers calls ``producer_state.check_marker`` first."""
         data = bytearray(build_control_batch(producer_id, producer_epoch, committed,
                                              coordinator_epoch, int(time.time() * 1000)))
         header = parse_header(data)
@@ -120,7 +121,7 @@ class PartitionLog:
         self._maybe_roll(len(data), 1)
         rewrite_base_offset(data, 0, offset, 0)
         stamped = replace(header, base_offset=offset)
-        self.producer_state.observe(stamped, committed)
+        self.producer_state.observe(stamped, committed, coordinator_epoch)
         self.segments[-1].append(data, [stamped])
         self._dirty = True
         return offset
@@ -220,10 +221,11 @@ class PartitionLog:
             begin = found[0] if found else (0 if seg.base_offset > start else seg.size)
             for pos, header in seg.walk_headers(begin):
                 if header.last_offset >= start:
-                    committed = None
+                    marker = None
                     if header.is_control:
-                        committed = control_committed(seg.read(pos, header.size))
-                    self.producer_state.observe(header, committed)
+                        marker = control_marker(seg.read(pos, header.size))
+                    committed, epoch = marker if marker is not None else (None, -1)
+                    self.producer_state.observe(header, committed, epoch)
 
     # --- read -------------------------------------------------------------------------
 

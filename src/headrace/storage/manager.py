@@ -25,7 +25,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from headrace.storage.config import LogConfig, canonical_overrides
+from headrace.storage.config import RENAMED, LogConfig, canonical_overrides
 from headrace.storage.dynamic_config import DynamicBrokerConfigs
 from headrace.storage.errors import (
     InvalidConfigError,
@@ -108,7 +108,8 @@ class LogManager:
     def _load_topic(self, meta: Path) -> None:
         info = json.loads(meta.read_text())
         overrides: dict[str, str] = {}
-        for name, value in dict(info.get("configs", {})).items():
+        for stored, value in dict(info.get("configs", {})).items():
+            name = RENAMED.get(str(stored), str(stored))
             try:  # a value valid for an older version must not keep the broker down
                 overrides.update(canonical_overrides({name: value}))
             except InvalidConfigError as e:

@@ -46,6 +46,9 @@ class ProducerEntry:
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=MAX_BATCHES_KEPT))
     # Max timestamp of the producer's latest batch: what expiry is measured against.
     last_timestamp: int = -1
+    # Coordinator epoch of the producer's latest transaction marker here (-1: none yet);
+    # a marker with an older one is a zombie coordinator's (TRANSACTION_COORDINATOR_FENCED).
+    coordinator_epoch: int = -1
 
     @property
     def last_seq(self) -> int:
@@ -122,11 +125,30 @@ class ProducerStateManager:
             next_offset += h.last_offset_delta + 1
         return None
 
-    def observe(self, header: BatchHeader, committed: bool | None = None) -> None:
+    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> None:
+        """Validate a transaction marker before it is appended (WriteTxnMarkers), as Kafka:
+        INVALID_PRODUCER_EPOCH below the producer's epoch here, TRANSACTION_COORDINATOR_FENCED
+        below the coordinator epoch of its last marker. A producer unknown here passes."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return
+        if producer_epoch < entry.epoch:
+            raise KafkaProtocolError(
+                ErrorCode.INVALID_PRODUCER_EPOCH,
+                f"marker epoch {producer_epoch} of producer {producer_id} is older than "
+                f"{entry.epoch}")
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise KafkaProtocolError(
+                ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                f"coordinator epoch {coordinator_epoch} is older than {entry.coordinator_epoch}")
+
+    def observe(self, header: BatchHeader, committed: bool | None = None,
+                coordinator_epoch: int = -1) -> None:
         """Record an appended batch (with its assigned offsets). A transactional batch
         opens its producer's transaction (if none is open); a control batch closes it,
         ``committed`` telling COMMIT from ABORT (an aborted range is remembered for
-        read_committed fetches). A control batch's epoch fences older epochs."""
+        read_committed fetches) and ``coordinator_epoch`` being the marker's. A control
+        batch's epoch fences older epochs."""
         pid = header.producer_id
         if pid == NO_PRODUCER_ID:
             return
@@ -137,6 +159,7 @@ class ProducerStateManager:
             self.producers[pid] = entry
         entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)
         if header.is_control:
+            entry.coordinator_epoch = coordinator_epoch
             first = self.ongoing.pop(pid, None)
             if committed is False and first is not None:
                 self.aborted.append(AbortedTxn(pid, first, header.base_offset))
@@ -173,6 +196,7 @@ class ProducerStateManager:
         """The state as JSON-able data (see ``restore``)."""
         return {
             "producers": {str(pid): {"epoch": e.epoch, "last_timestamp": e.last_timestamp,
+                                     "coordinator_epoch": e.coordinator_epoch,
                                      "batches": [[b.first_seq, b.last_seq, b.first_offset,
                                                   b.last_offset] for b in e.batches]}
                           for pid, e in self.producers.items()},
@@ -189,7 +213,8 @@ class ProducerStateManager:
             batches = deque((BatchMetadata(int(a), int(b), int(c), int(d))
                              for a, b, c, d in entry["batches"]), maxlen=MAX_BATCHES_KEPT)
             producers[int(pid)] = ProducerEntry(int(entry["epoch"]), batches,
-                                                int(entry.get("last_timestamp", -1)))
+                                                int(entry.get("last_timestamp", -1)),
+                                                int(entry.get("coordinator_epoch", -1)))
         ongoing = {int(pid): int(first) for pid, first in data["ongoing"].items()}
         aborted = [AbortedTxn(int(p), int(f), int(last)) for p, f, last in data["aborted"]]
         self.producers, self.ongoing, self.aborted = producers, ongoing, aborted

@@ -33,7 +33,7 @@ def test_kafka_defaults() -> None:
 def test_overrides_parse_types() -> None:
     cfg = LogConfig().with_overrides({
         "cleanup.policy": " delete , compact,compact", "retention.ms": "-1",
-        "min.cleanable.dirty.ratio": "0.25", "flush.on.ack": "TRUE",
+        "min.cleanable.dirty.ratio": "0.25", "headrace.flush.on.ack": "TRUE",
         "message.timestamp.type": "LogAppendTime", "compression.type": "zstd"})
     assert cfg.cleanup_policy == "compact,delete" and cfg.compact and cfg.delete
     assert cfg.retention_ms == -1 and cfg.min_cleanable_dirty_ratio == 0.25
@@ -55,7 +55,7 @@ def test_overrides_parse_types() -> None:
     ("cleanup.policy", "", "must list at least one of: compact, delete"),
     ("cleanup.policy", "compact,purge", "'purge' is not one of: compact, delete"),
     ("message.timestamp.type", "createtime", "String must be one of: CreateTime, LogAppendTime"),
-    ("flush.on.ack", "yes", "Expected value to be either true or false"),
+    ("headrace.flush.on.ack", "yes", "Expected value to be either true or false"),
     ("compression.type", "brotli", "String must be one of"),
     ("min.insync.replicas", "0", "Value must be at least 1"),
     ("no.such.config", "1", "Unknown topic config name: no.such.config"),

@@ -321,3 +321,21 @@ def test_all_logs(tmp_path: Path) -> None:
     assert {log.directory.name for log in mgr.all_logs()} == {
         "a-0", "a-1", "b-0", "b-1", "b-2"}
     mgr.close()
+
+
+def test_config_names_of_older_versions_still_load(tmp_path: Path) -> None:
+    """Topic config files written before headrace's own settings got their prefix (and
+    with message.format.version, which Kafka 4 removed) keep loading."""
+    mgr = LogManager(tmp_path, DEFAULTS)
+    mgr.create_topic("old", 1, {"retention.ms": "1000"})
+    mgr.close()
+    meta = tmp_path / "__topics" / "old.json"
+    stored = json.loads(meta.read_text())
+    stored["configs"] = {"retention.ms": "1000", "flush.on.ack": "true",
+                         "message.format.version": "3.0-IV1"}
+    meta.write_text(json.dumps(stored))
+    again = LogManager(tmp_path, DEFAULTS)
+    topic = again.topics["old"]
+    assert topic.config.flush_on_ack and topic.config.retention_ms == 1000
+    assert topic.config_overrides == {"retention.ms": "1000", "headrace.flush.on.ack": "true"}
+    again.close()

@@ -29,6 +29,8 @@ MODULES = (
     "txn_offset_commit",
     "list_transactions",
     "describe_transactions",
+    "describe_producers",
+    "write_txn_markers",
     "create_topics",
     "delete_topics",
     "create_partitions",

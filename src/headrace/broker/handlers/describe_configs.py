@@ -50,6 +50,8 @@ def _entries(state: BrokerState, overrides: dict[str, str], as_broker: bool, syn
     """The topic configs (under broker names with ``as_broker``) as DescribeConfigs entries."""
     out = []
     for c in describe_topic_configs(state.logs.static_config, overrides, _layers(state)):
+        if as_broker and not CONFIG_DEFS[c.name].broker_level:
+            continue
         name = CONFIG_DEFS[c.name].broker_name if as_broker else c.name
         out.append(_Entry(
             name=name, value=c.value, read_only=as_broker and name in READ_ONLY,
@@ -64,7 +66,8 @@ def _entries(state: BrokerState, overrides: dict[str, str], as_broker: bool, syn
 def broker_configs(state: BrokerState) -> dict[str, tuple[str, ConfigType]]:
     """Broker config name -> (value, type)."""
     cfg = state.config
-    out = {defn.broker_name: (defn.value_of(cfg.log), defn.type) for defn in CONFIG_DEFS.values()}
+    out = {defn.broker_name: (defn.value_of(cfg.log), defn.type) for defn in CONFIG_DEFS.values()
+           if defn.broker_level}
     cleaner = cfg.cleaner
     out.update({
         "broker.id": (str(cfg.node_id), ConfigType.INT),
@@ -84,6 +87,8 @@ def broker_configs(state: BrokerState) -> dict[str, tuple[str, ConfigType]]:
         "log.cleaner.backoff.ms": (str(cleaner.backoff_ms), ConfigType.LONG),
         "log.cleaner.dedupe.buffer.size": (str(cleaner.dedupe_buffer_size), ConfigType.LONG),
         "producer.id.expiration.ms": (str(cfg.log.producer_id_expiration_ms), ConfigType.INT),
+        "transaction.partition.verification.enable": (
+            str(cfg.txns.partition_verification).lower(), ConfigType.BOOLEAN),
     })
     return out
 

@@ -1,14 +1,17 @@
-"""Produce (key 0), versions 0-11 (capped until transactions v2, KIP-890).
+"""Produce (key 0), versions 3-11 (capped until transactions v2, KIP-890). Versions 0-2
+(message formats 0 and 1, removed in Kafka 4 by KIP-896) are still advertised, as Kafka 4
+advertises them (KAFKA-18659: librdkafka before 2.8 turns compression off when Produce's
+minimum is above 0), and a request at those versions closes its connection, as in Kafka 4.
 
 Each partition's record set is split into v2 batches, every batch checked (magic,
 framing, CRC-32C, size) before any is appended, then appended verbatim with offsets
 assigned by rewriting baseOffset. ``acks=0`` gets no response; ``acks=1`` and
 ``acks=-1`` are answered after the append (the page cache survives a killed broker) or,
-with ``flush.on.ack``, or once the topic's ``flush.messages`` unflushed messages are
+with ``headrace.flush.on.ack``, or once the topic's ``flush.messages`` unflushed messages are
 reached, after a group-commit fsync (a deferred response: the connection goes on
 appending pipelined requests, which then share fsyncs); ``flush.ms`` arms a timer that
-fsyncs the partition at most that long after an unflushed append. Errors: UNSUPPORTED_FOR_MESSAGE_FORMAT
-(magic 0/1), CORRUPT_MESSAGE (CRC), MESSAGE_TOO_LARGE (the topic's max.message.bytes),
+fsyncs the partition at most that long after an unflushed append. Errors: INVALID_RECORD
+(magic 0/1, as Kafka), CORRUPT_MESSAGE (CRC), MESSAGE_TOO_LARGE (the topic's max.message.bytes),
 INVALID_RECORD (a null key in a compacted topic) and INVALID_TIMESTAMP (outside
 message.timestamp.before/after.max.ms) refuse the whole batch, naming each refused
 record in ``record_errors`` (v8+) as Kafka does, UNKNOWN_TOPIC_OR_PARTITION,
@@ -52,7 +55,7 @@ _PartResp = _TopicResp.PartitionProduceResponse
 _RecordError = _PartResp.BatchIndexAndErrorMessage
 
 
-@handles(ProduceRequest, ProduceResponse, max_version=11)
+@handles(ProduceRequest, ProduceResponse, max_version=11, min_version=3)
 async def handle(ctx: RequestContext, request: Any) -> Any:
     state = ctx.state
     acks = request.acks

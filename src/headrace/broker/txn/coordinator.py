@@ -40,11 +40,18 @@ log = logging.getLogger(__name__)
 MAX_EPOCH = 32767
 
 
+VERIFICATION_CONFIG = "transaction.partition.verification.enable"
+
+
 @dataclass(frozen=True)
 class TxnConfig:
-    """Kafka's transaction.* broker settings."""
+    """Kafka's transaction.* broker settings. ``partition_verification`` is Kafka's
+    ``transaction.partition.verification.enable`` (KIP-890 part 1, on by default):
+    off, a transactional batch is appended without asking the coordinator, as before
+    Kafka 3.6 (how a hanging transaction could arise)."""
 
     max_timeout_ms: int = 900_000
+    partition_verification: bool = True
 
 
 class TransactionCoordinator:
@@ -186,10 +193,13 @@ class TransactionCoordinator:
         partition in its Ongoing transaction. Raises TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         (no transactional id in the request), INVALID_PRODUCER_ID_MAPPING,
         INVALID_PRODUCER_EPOCH (a fenced or future epoch) or INVALID_TXN_STATE (partition
-        not added). Never blocks; no side effects."""
+        not added). Never blocks; no side effects. With ``partition_verification`` off,
+        only the transactional id is required."""
         if transactional_id is None:
             raise KafkaProtocolError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                                      "transactional records need a transactional id")
+        if not self.config.partition_verification:
+            return
         t = self.txns.get(transactional_id)
         if t is None or t.producer_id != producer_id:
             raise KafkaProtocolError(ErrorCode.INVALID_PRODUCER_ID_MAPPING)

@@ -246,7 +246,12 @@ def run_live(settings: LiveSettings, console: Console | None = None) -> LiveSumm
                     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                     console.print(f"[yellow]PostgreSQL could not start ({first}); user "
                                   "profiles come from the generator's topic instead[/]")
-        return _run(settings, bootstrap, console)
+        summary = _run(settings, bootstrap, console)
+        # The embedded broker stops below; its data directory stays (the summary says
+        # how to read it).
+        if broker is not None:
+            return replace(summary, data_dir=str(broker.data_dir))
+        return replace(summary, bootstrap_servers=bootstrap)
     finally:
         for process in (registry, broker, database):
             if process is not None:

@@ -82,6 +82,23 @@ class LiveSummary:
     stream_s: float = 0.0
     """Wall time the generator took for the transactions (the duration if it kept up)."""
     profiles_topic: str = "user-profiles"
+    data_dir: str | None = None
+    """The embedded broker's data directory (kept after the demo), or None."""
+    bootstrap_servers: str | None = None
+    """The broker the demo ran against when given one (``--bootstrap-servers``), or None."""
+
+    def kept(self) -> str:
+        """Where the demo's topics are and a command that reads them afterwards."""
+        topics = (f"transactions, {self.profiles_topic}, fraud-alerts, transactions-late, "
+                  "transactions-dlq")
+        if self.bootstrap_servers is not None:
+            return (f"topics kept on {self.bootstrap_servers}: {topics} (try: headrace "
+                    f"consume fraud-alerts --from-beginning -b {self.bootstrap_servers})")
+        if self.data_dir is not None:
+            return (f"topics kept in {self.data_dir}: {topics} (the embedded broker has "
+                    f"stopped; start one on them with: headrace broker --data-dir "
+                    f"{self.data_dir}, then: headrace consume fraud-alerts --from-beginning)")
+        return f"topics: {topics}"
 
     def render(self) -> str:
         s = self.score
@@ -102,8 +119,7 @@ class LiveSummary:
         lines += [
             f"late (side output) {self.late}  expected {self.expected_late}; "
             f"dead letters {self.dead_letters}  expected {self.expected_dead_letters}",
-            f"topics kept: transactions, {self.profiles_topic}, fraud-alerts, "
-            "transactions-late, transactions-dlq (try: headrace consume fraud-alerts)",
+            self.kept(),
         ]
         return "\n".join(lines)
 

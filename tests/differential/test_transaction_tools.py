@@ -1,6 +1,7 @@
 """``kafka-transactions`` (Apache Kafka's own tool) against both brokers: describe-producers
 on a partition written by an idempotent and a transactional producer (one transaction
-committed, one left open), then a hanging transaction (a transactional batch no
+committed, one left open), ``list`` filtered by a transactional id pattern
+(ListTransactions v2, KIP-1152), then a hanging transaction (a transactional batch no
 coordinator knows, written with produce-side verification off) found by ``find-hanging``
 and ended by ``abort``, after which the last stable offset moves past it."""
 
@@ -11,7 +12,11 @@ from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Producer
-from kafka.protocol.admin import DescribeClusterRequest, IncrementalAlterConfigsRequest
+from kafka.protocol.admin import (
+    DescribeClusterRequest,
+    IncrementalAlterConfigsRequest,
+    ListTransactionsRequest,
+)
 from kafka.protocol.producer import ProduceRequest
 
 from headrace.protocol.records import TRANSACTIONAL_FLAG, build_batch
@@ -81,6 +86,48 @@ def test_describe_producers_matches(brokers: Brokers, topic_name: str) -> None:
          "LastSequence": "2", "CurrentTransactionStartOffset": "None"},
         {"ProducerId": "transactional", "ProducerEpoch": "0", "LatestCoordinatorEpoch": "0",
          "LastSequence": "2", "CurrentTransactionStartOffset": "6"}]}
+
+
+def list_by_pattern(bootstrap: str, topic: str) -> dict[str, object]:
+    """Three open transactions, listed by patterns: the tool's ``--transactional-id-pattern``
+    and raw ListTransactions v2 (whole-id matches, a pattern that does not compile)."""
+    create_topic(bootstrap, topic)
+    producers = []
+    for suffix in ("alpha-1", "alphabet", "beta-2"):
+        p = transactional_producer(bootstrap, f"{topic}-{suffix}")
+        p.begin_transaction()
+        p.produce(topic, suffix.encode(), partition=0)
+        assert p.flush(scaled(20)) == 0
+        producers.append(p)
+    try:
+        tool = transactions(bootstrap, "list", "--transactional-id-pattern", f"{topic}-alpha.*")
+        seen: dict[str, object] = {"tool": sorted(
+            (r["TransactionalId"].removeprefix(topic), r["TransactionState"]) for r in tool)}
+        with RawClient(bootstrap) as c:
+            for pattern in (f"{topic}-alpha", f"(?i){topic}-BETA-\\d", f"{topic}-a.*", "",
+                            None, "["):
+                r = c.request(ListTransactionsRequest(
+                    state_filters=[], producer_id_filters=[], duration_filter=-1,
+                    transactional_id_pattern=pattern), 2)
+                seen[f"v2 {pattern!r}".replace(topic, "T")] = (r.error_code, sorted(
+                    t.transactional_id.removeprefix(topic) for t in r.transaction_states
+                    if t.transactional_id.startswith(topic)))
+        return seen
+    finally:
+        for p in producers:
+            p.abort_transaction(scaled(20))
+
+
+def test_list_by_transactional_id_pattern(brokers: Brokers, topic_name: str) -> None:
+    reference = list_by_pattern(brokers.kafka, topic_name)
+    ours = list_by_pattern(brokers.headrace, topic_name)
+    assert ours == reference
+    every = ["-alpha-1", "-alphabet", "-beta-2"]
+    assert reference == {
+        "tool": [("-alpha-1", "Ongoing"), ("-alphabet", "Ongoing")],
+        "v2 'T-alpha'": (0, []), "v2 '(?i)T-BETA-\\\\d'": (0, ["-beta-2"]),
+        "v2 'T-a.*'": (0, ["-alpha-1", "-alphabet"]), "v2 ''": (0, every),
+        "v2 None": (0, every), "v2 '['": (128, [])}  # INVALID_REGULAR_EXPRESSION
 
 
 @pytest.fixture(scope="module")

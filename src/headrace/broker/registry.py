@@ -1,10 +1,12 @@
 """The handler table: each handler module registers the API key and versions it serves.
 
-ApiVersions answers from this table, so what is advertised is exactly what is handled.
-Every API is advertised from version 0 (librdkafka disables features when a minimum is
-higher: Kafka 4 too still advertises Produce v0-2, KAFKA-18659). A request for a version
-above the maximum, or below ``min_version`` (the versions Kafka 4 removed, such as
-Produce v0-2), closes its connection, as Kafka 4 does.
+ApiVersions answers from this table, so what is advertised is exactly what is handled:
+each API from its ``min_version``, Apache Kafka 4.3.1's minimum (KIP-896 removed the
+oldest versions of many APIs in Kafka 4.0). The one exception is ``advertised_from``, a
+lower version advertised but not served: Kafka 4 still advertises Produce v0-2 because
+librdkafka before 2.8 turns compression off when Produce's minimum is above 0
+(KAFKA-18659). A request for a version above the maximum or below ``min_version``
+closes its connection, as Kafka 4 does (ApiVersions itself excepted, KIP-511).
 """
 
 from __future__ import annotations
@@ -26,8 +28,15 @@ class ApiSpec:
     request_class: Any
     response_class: Any
     handle: Handler
-    # The lowest version served; lower ones are still advertised (see above).
+    # The lowest version served.
     min_version: int = 0
+    # The lowest version advertised, when below min_version (Produce only, see above).
+    advertised_from: int | None = None
+
+    @property
+    def advertised_min_version(self) -> int:
+        """The minimum ApiVersions reports: ``advertised_from``, else ``min_version``."""
+        return self.min_version if self.advertised_from is None else self.advertised_from
 
     def serves(self, version: int) -> bool:
         return self.min_version <= version <= self.max_version
@@ -67,17 +76,22 @@ class DeferredResponse:
 
 
 def handles(request_class: Any, response_class: Any, max_version: int,
-            min_version: int = 0) -> Callable[[Handler], Handler]:
+            min_version: int = 0,
+            advertised_from: int | None = None) -> Callable[[Handler], Handler]:
     """Register the decorated coroutine as the handler of ``request_class`` for versions
-    ``min_version`` to ``max_version`` (capped at what the codec knows)."""
+    ``min_version`` to ``max_version`` (capped at what the codec knows), advertised from
+    ``advertised_from`` when given (it must be below ``min_version``)."""
 
     def register(fn: Handler) -> Handler:
         api_key = int(request_class.API_KEY)
         if api_key in API_TABLE:
             raise RuntimeError(f"API key {api_key} registered twice")
+        if advertised_from is not None and not 0 <= advertised_from < min_version:
+            raise RuntimeError(f"API key {api_key}: advertised_from {advertised_from} "
+                               f"must be below min_version {min_version}")
         top = min(max_version, int(request_class.max_version))
         API_TABLE[api_key] = ApiSpec(api_key, top, request_class, response_class, fn,
-                                     min_version)
+                                     min_version, advertised_from)
         return fn
 
     return register

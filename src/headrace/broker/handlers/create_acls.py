@@ -1,4 +1,5 @@
-"""CreateAcls (key 30), versions 1-3: new ACL bindings, durable before the answer.
+"""CreateAcls (key 30), versions 1-3 (v0, removed in Kafka 4 by KIP-896, closes
+the connection as in Kafka 4): new ACL bindings, durable before the answer.
 
 Each creation answers for itself: INVALID_REQUEST for a malformed binding (ANY or
 UNKNOWN values, a pattern type other than LITERAL/PREFIXED, a principal not TYPE:NAME, a
@@ -23,7 +24,7 @@ from headrace.protocol.errors import KafkaProtocolError
 _Result = CreateAclsResponse.AclCreationResult
 
 
-@handles(CreateAclsRequest, CreateAclsResponse, max_version=3)
+@handles(CreateAclsRequest, CreateAclsResponse, max_version=3, min_version=1)
 async def handle(ctx: RequestContext, request: Any) -> Any:
     gate = acl_gate(ctx, AclOperation.ALTER)
     results: list[Any] = []

@@ -1,4 +1,5 @@
-"""CreateTopics (key 19), versions 0-7.
+"""CreateTopics (key 19), versions 2-7 (v0-1, removed in Kafka 4 by KIP-896, close the
+connection as in Kafka 4).
 
 Creates topics with the requested partition count (-1: the broker default) and config
 overrides, persisted before the answer. Replication factor must be -1 or 1 (one broker):
@@ -28,7 +29,7 @@ _Result = CreateTopicsResponse.CreatableTopicResult
 _Config = _Result.CreatableTopicConfigs
 
 
-@handles(CreateTopicsRequest, CreateTopicsResponse, max_version=7)
+@handles(CreateTopicsRequest, CreateTopicsResponse, max_version=7, min_version=2)
 async def handle(ctx: RequestContext, request: Any) -> Any:
     state = ctx.state
     validate_only = bool(getattr(request, "validate_only", False))

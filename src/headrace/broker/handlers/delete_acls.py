@@ -1,4 +1,5 @@
-"""DeleteAcls (key 31), versions 1-3: deletes the bindings each filter selects (same
+"""DeleteAcls (key 31), versions 1-3 (v0, removed in Kafka 4 by KIP-896, closes
+the connection as in Kafka 4): deletes the bindings each filter selects (same
 matching as DescribeAcls) and answers them, per filter. SECURITY_DISABLED without an
 authorizer, CLUSTER_AUTHORIZATION_FAILED without ALTER on the cluster.
 """
@@ -18,7 +19,7 @@ _Result = DeleteAclsResponse.DeleteAclsFilterResult
 _Matching = _Result.DeleteAclsMatchingAcl
 
 
-@handles(DeleteAclsRequest, DeleteAclsResponse, max_version=3)
+@handles(DeleteAclsRequest, DeleteAclsResponse, max_version=3, min_version=1)
 async def handle(ctx: RequestContext, request: Any) -> Any:
     gate = acl_gate(ctx, AclOperation.ALTER)
     results = []

@@ -1,4 +1,5 @@
-"""DeleteTopics (key 20), versions 0-6.
+"""DeleteTopics (key 20), versions 1-6 (v0, removed in Kafka 4 by KIP-896, closes the
+connection as in Kafka 4).
 
 Deletes topics by name (v6 also by topic id): metadata first, then the partition
 directories. Fetches waiting on a deleted partition answer UNKNOWN_TOPIC_OR_PARTITION
@@ -26,7 +27,7 @@ _Result = DeleteTopicsResponse.DeletableTopicResult
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-@handles(DeleteTopicsRequest, DeleteTopicsResponse, max_version=6)
+@handles(DeleteTopicsRequest, DeleteTopicsResponse, max_version=6, min_version=1)
 async def handle(ctx: RequestContext, request: Any) -> Any:
     logs = ctx.state.logs
     if ctx.api_version >= 6:

@@ -1,4 +1,5 @@
-"""DescribeAcls (key 29), versions 1-3: the bindings a filter selects, grouped by resource
+"""DescribeAcls (key 29), versions 1-3 (v0, removed in Kafka 4 by KIP-896, closes
+the connection as in Kafka 4): the bindings a filter selects, grouped by resource
 pattern. A filter field null (names, principal, host) or ANY matches everything; pattern
 type MATCH selects every binding that applies to the named resource (its literal name,
 ``*``, and the prefixes it starts with). SECURITY_DISABLED without an authorizer,
@@ -20,7 +21,7 @@ _Resource = DescribeAclsResponse.DescribeAclsResource
 _Acl = _Resource.AclDescription
 
 
-@handles(DescribeAclsRequest, DescribeAclsResponse, max_version=3)
+@handles(DescribeAclsRequest, DescribeAclsResponse, max_version=3, min_version=1)
 async def handle(ctx: RequestContext, request: Any) -> Any:
     gate = acl_gate(ctx, AclOperation.DESCRIBE)
     if gate is not None:

@@ -1,9 +1,10 @@
-"""DescribeConfigs (key 32), versions 0-4: topic (type 2) and broker (type 4) configs.
+"""DescribeConfigs (key 32), versions 1-4 (v0, removed in Kafka 4 by KIP-896, closes
+the connection as in Kafka 4): topic (type 2) and broker (type 4) configs.
 
 Topic configs: every config of ``storage.config.CONFIG_DEFS`` with its effective value and
 source: DYNAMIC_TOPIC_CONFIG for a topic override, STATIC_BROKER_CONFIG where the broker's
 own default (a ``headrace broker --config`` setting) differs from Kafka's, else
-DEFAULT_CONFIG; with ``include_synonyms`` (v1+) the chain override -> broker setting ->
+DEFAULT_CONFIG; with ``include_synonyms`` the chain override -> broker setting ->
 default, with DYNAMIC_BROKER_CONFIG / DYNAMIC_DEFAULT_BROKER_CONFIG (AlterConfigs on the
 broker resource) in between; config types and, with ``include_documentation`` (v3+), a
 one-line doc. Broker resource ``"<node id>"``: the broker-wide topic defaults under
@@ -147,9 +148,9 @@ def _describe(ctx: RequestContext, resource: Any, synonyms: bool, docs: bool) ->
                    configs=entries)
 
 
-@handles(DescribeConfigsRequest, DescribeConfigsResponse, max_version=4)
+@handles(DescribeConfigsRequest, DescribeConfigsResponse, max_version=4, min_version=1)
 async def handle(ctx: RequestContext, request: Any) -> Any:
-    synonyms = ctx.api_version >= 1 and bool(request.include_synonyms)
+    synonyms = bool(request.include_synonyms)
     docs = ctx.api_version >= 3 and bool(request.include_documentation)
     return DescribeConfigsResponse(
         throttle_time_ms=0,

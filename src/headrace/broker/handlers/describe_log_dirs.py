@@ -1,4 +1,5 @@
-"""DescribeLogDirs (key 35), versions 0-4 (v0 and v1 share one layout; v5 adds cordoning).
+"""DescribeLogDirs (key 35), versions 1-4 (v0, removed in Kafka 4 by KIP-896,
+closes the connection as in Kafka 4; v5 adds cordoning).
 
 One log directory, the broker's data directory: for each requested partition (or all,
 when ``topics`` is null) the bytes of its segment files, offset lag 0 (no replicas) and
@@ -25,7 +26,7 @@ _Topic = _Result.DescribeLogDirsTopic
 _Partition = _Topic.DescribeLogDirsPartition
 
 
-@handles(DescribeLogDirsRequest, DescribeLogDirsResponse, max_version=4)
+@handles(DescribeLogDirsRequest, DescribeLogDirsResponse, max_version=4, min_version=1)
 async def handle(ctx: RequestContext, request: Any) -> Any:
     logs = ctx.state.logs
     if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.CLUSTER):

@@ -1,11 +1,12 @@
-"""Fetch (key 1), versions 0-18 (v13+ name topics by id: an unknown id answers
+"""Fetch (key 1), versions 4-18 (v0-3, message formats 0 and 1, removed in Kafka 4 by
+KIP-896, close the connection as in Kafka 4; v13+ name topics by id: an unknown id answers
 UNKNOWN_TOPIC_ID for each of its partitions; v15+ replica state, v17+ replica directory
 ids and v18+ high watermarks are follower fields, ignored here).
 
 Serves stored batches verbatim: the response is framed by hand around byte ranges of the
 segment files, which large reads send with ``sendfile(2)``; nothing is re-encoded. Whole
 batches only (never a torn one), at least one batch per response even when larger than
-the limits (KIP-74), ``partition_max_bytes`` per partition and ``max_bytes`` (v3+) per
+the limits (KIP-74), ``partition_max_bytes`` per partition and ``max_bytes`` per
 response. Long poll: when fewer than ``min_bytes`` are available the request waits up to
 ``max_wait_ms``, woken by appends (and transaction markers) to any requested partition.
 read_committed (v4+) reads stop at the last stable offset, and the aborted transactions
@@ -86,12 +87,12 @@ def _read_all(
     return out, total, had_error, regions
 
 
-@handles(FetchRequest, FetchResponse, max_version=18)
+@handles(FetchRequest, FetchResponse, max_version=18, min_version=4)
 async def handle(ctx: RequestContext, request: Any) -> Any:
-    max_bytes = request.max_bytes if ctx.api_version >= 3 else 0x7FFFFFFF
+    max_bytes = request.max_bytes
     if max_bytes <= 0:
         max_bytes = 0x7FFFFFFF
-    read_committed = ctx.api_version >= 4 and request.isolation_level == 1
+    read_committed = request.isolation_level == 1
     deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000.0
     if ctx.api_version >= 13:
         by_id = ctx.state.topics_by_id()

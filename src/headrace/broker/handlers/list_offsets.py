@@ -1,11 +1,11 @@
-"""ListOffsets (key 2), versions 0-8.
+"""ListOffsets (key 2), versions 1-8 (v0, removed in Kafka 4 by KIP-896, closes the
+connection as in Kafka 4).
 
 Timestamps: -1 latest (log end offset), -2 earliest (log start offset), -3 the record with
 the largest timestamp (KIP-734), -4 earliest local (= earliest: no tiered storage), and a
 real timestamp: the first record whose timestamp reaches it (the time index finds the
 batch, which is then decoded), else offset -1. With read_committed (v2+), "latest" is
 the last stable offset.
-Not implemented: v0's multi-offset answers beyond one offset.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def lookup(plog: PartitionLog, timestamp: int, read_committed: bool) -> tuple[in
     return plog.offset_for_timestamp(timestamp) or (-1, -1)
 
 
-@handles(ListOffsetsRequest, ListOffsetsResponse, max_version=8)
+@handles(ListOffsetsRequest, ListOffsetsResponse, max_version=8, min_version=1)
 async def handle(ctx: RequestContext, request: Any) -> Any:
     read_committed = ctx.api_version >= 2 and request.isolation_level == 1
     topics = []
@@ -50,11 +50,10 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                 plog = ctx.state.logs.get_log(t.name, p.partition_index)
                 offset, ts = lookup(plog, p.timestamp, read_committed)
                 parts.append(_PartResp(partition_index=p.partition_index, error_code=0,
-                                       old_style_offsets=[offset] if offset >= 0 else [],
                                        timestamp=ts, offset=offset, leader_epoch=0))
             except (HeadraceError, OSError) as e:
                 parts.append(_PartResp(partition_index=p.partition_index,
-                                       error_code=error_code_for(e), old_style_offsets=[],
+                                       error_code=error_code_for(e),
                                        timestamp=-1, offset=-1, leader_epoch=-1))
         topics.append(_TopicResp(name=t.name, partitions=parts))
     return ListOffsetsResponse(throttle_time_ms=0, topics=topics)

@@ -1,4 +1,5 @@
-"""OffsetCommit (key 8), versions 0-9 (v10 names topics by id: not served).
+"""OffsetCommit (key 8), versions 2-9 (v0-1 removed in Kafka 4 by KIP-896: they
+close the connection as in Kafka 4; v10 names topics by id: not served).
 
 Commits from group members are fenced like Kafka's: UNKNOWN_MEMBER_ID,
 FENCED_INSTANCE_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS while assignments are
@@ -32,12 +33,12 @@ _Topic = OffsetCommitResponse.OffsetCommitResponseTopic
 _Partition = _Topic.OffsetCommitResponsePartition
 
 
-@handles(OffsetCommitRequest, OffsetCommitResponse, max_version=9)
+@handles(OffsetCommitRequest, OffsetCommitResponse, max_version=9, min_version=2)
 async def handle(ctx: RequestContext, request: Any) -> Any:
     state = ctx.state
     v = ctx.api_version
-    epoch = request.generation_id_or_member_epoch if v >= 1 else -1
-    member_id = request.member_id if v >= 1 else ""
+    epoch = request.generation_id_or_member_epoch
+    member_id = request.member_id
     try:
         ctx.require(AclOperation.READ, ResourceType.GROUP, request.group_id)
         if not state.consumer_groups.check_offset_commit(request.group_id, member_id, epoch, v,

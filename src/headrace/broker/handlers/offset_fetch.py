@@ -1,4 +1,5 @@
-"""OffsetFetch (key 9), versions 0-9 (v8+: several groups per request).
+"""OffsetFetch (key 9), versions 1-9 (v0 removed in Kafka 4 by KIP-896: it closes
+the connection as in Kafka 4; v8+: several groups per request).
 
 Answers the committed offsets of a group: the requested partitions (unknown ones get
 offset -1), or every committed partition when the topic list is null. An unknown group
@@ -55,7 +56,7 @@ def _lookup(ctx: RequestContext, group_id: str,
     return [(t, [(p, committed.get((t, p), _NONE)) for p in parts]) for t, parts in topics]
 
 
-@handles(OffsetFetchRequest, OffsetFetchResponse, max_version=9)
+@handles(OffsetFetchRequest, OffsetFetchResponse, max_version=9, min_version=1)
 async def handle(ctx: RequestContext, request: Any) -> Any:
     stable = ctx.api_version >= 7 and bool(request.require_stable)
     if ctx.api_version >= 8:

@@ -1,4 +1,5 @@
-"""OffsetForLeaderEpoch (key 23), versions 0-4.
+"""OffsetForLeaderEpoch (key 23), versions 2-4 (v0-1, removed in Kafka 4 by KIP-896,
+close the connection as in Kafka 4).
 
 This broker has one leader epoch (0) for every partition, so the end offset of epoch 0
 is the log end offset, and asking for a later epoch gets UNDEFINED (-1/-1) as Kafka
@@ -21,7 +22,8 @@ _TopicResp = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
 _PartResp = _TopicResp.EpochEndOffset
 
 
-@handles(OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, max_version=4)
+@handles(OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, max_version=4,
+          min_version=2)
 async def handle(ctx: RequestContext, request: Any) -> Any:
     topics = []
     for t in request.topics:

@@ -55,7 +55,8 @@ _PartResp = _TopicResp.PartitionProduceResponse
 _RecordError = _PartResp.BatchIndexAndErrorMessage
 
 
-@handles(ProduceRequest, ProduceResponse, max_version=11, min_version=3)
+@handles(ProduceRequest, ProduceResponse, max_version=11, min_version=3,
+          advertised_from=0)
 async def handle(ctx: RequestContext, request: Any) -> Any:
     state = ctx.state
     acks = request.acks

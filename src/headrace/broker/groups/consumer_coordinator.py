@@ -59,11 +59,13 @@ from headrace.broker.groups.consumer_group import (
     MemberState,
     is_subset,
 )
+from headrace.broker.groups.deadlines import Deadlines
 from headrace.protocol.errors import ErrorCode, KafkaProtocolError
 
 log = logging.getLogger(__name__)
 
-SWEEP_INTERVAL_SECONDS = 0.1
+# ``run`` also checks every group this often: a backstop, deadlines have their own timers.
+BACKSTOP_SWEEP_SECONDS = 1.0
 
 # topic name -> (topic id, partition count), of every live topic.
 TopicsView = Callable[[], Mapping[str, tuple[uuid.UUID, int]]]
@@ -126,8 +128,11 @@ class ConsumerGroupCoordinator:
         self._is_classic_in_use = is_classic_in_use
         self._drop_classic = drop_classic
         self._clock = clock
+        self._timers = Deadlines(self.expire_due)
 
     def group(self, group_id: str) -> ConsumerGroup | None:
+        """The group, after applying the deadlines already passed."""
+        self.expire_due()
         return self.groups.get(group_id)
 
     # --- ConsumerGroupHeartbeat ---------------------------------------------------------
@@ -136,6 +141,7 @@ class ConsumerGroupCoordinator:
         """Handle one heartbeat; raises ``KafkaProtocolError`` with the answer's code.
         Runs on the event loop, never blocks."""
         self._validate(hb)
+        self.expire_due()
         if hb.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             return self._leave(hb)
         group = self._group_for(hb.group_id, create=hb.member_epoch == 0)
@@ -146,10 +152,12 @@ class ConsumerGroupCoordinator:
         else:
             member = self._existing(group, hb)
         self._update(member, hb, changes)
-        member.session_deadline = now + self.config.session_timeout_ms / 1000
+        member.session_deadline = self._at(group, now + self.config.session_timeout_ms / 1000)
         self._refresh(group, changes)
         before = dict(member.assigned)
         group.reconcile(member, hb.owned, now)
+        if member.state is MemberState.UNREVOKED_PARTITIONS:
+            self._at(group, member.revocation_deadline)
         full = hb.member_epoch == 0 or (hb.rebalance_timeout_ms != -1 and hb.owned is not None
                                         and hb.subscribed_topic_names is not None)
         changed = before != member.assigned
@@ -367,7 +375,8 @@ class ConsumerGroupCoordinator:
             # Keeps its partitions for the instance id until the session expires.
             member.previous_member_epoch = member.member_epoch
             member.member_epoch = STATIC_LEAVE_EPOCH
-            member.session_deadline = self._clock() + self.config.session_timeout_ms / 1000
+            member.session_deadline = self._at(
+                group, self._clock() + self.config.session_timeout_ms / 1000)
             log.info("consumer group %s: static member %s left temporarily",
                      group.group_id, member_id)
         else:
@@ -385,22 +394,43 @@ class ConsumerGroupCoordinator:
         log.info("consumer group %s: member %s %s", group.group_id, member.member_id, why)
         self._refresh(group, _Changes(True, [f"member {member.member_id} {why}"]))
 
+    def _at(self, group: ConsumerGroup, when: float) -> float:
+        """Check ``group`` at clock time ``when`` (returned, for chaining)."""
+        self._timers.add(when, group.group_id)
+        return when
+
+    def expire_due(self) -> None:
+        """Fence the members whose session or revocation deadline has come. Called by the
+        deadline timer and before any request looks at a group. Idempotent."""
+        if self._timers.next() == float("inf"):
+            return
+        now = self._clock()
+        for group_id in self._timers.due(now):
+            group = self.groups.get(group_id)
+            if group is not None:
+                self._check(group, now)
+
     def sweep(self) -> None:
-        """Fence members whose session expired or who did not revoke in time. Idempotent;
-        the broker calls it periodically."""
+        """Check every group against the clock (what ``expire_due`` does for the groups
+        with a deadline due). Idempotent."""
         now = self._clock()
         for group in list(self.groups.values()):
-            for m in list(group.members.values()):
-                if now > m.session_deadline:
-                    self.remove(group, m, "session timed out")
-                elif m.state is MemberState.UNREVOKED_PARTITIONS \
-                        and now > m.revocation_deadline:
-                    self.remove(group, m, "did not revoke its partitions in time")
+            self._check(group, now)
+
+    def _check(self, group: ConsumerGroup, now: float) -> None:
+        for m in list(group.members.values()):
+            if now >= m.session_deadline:
+                self.remove(group, m, "session timed out")
+            elif m.state is MemberState.UNREVOKED_PARTITIONS \
+                    and now >= m.revocation_deadline:
+                self.remove(group, m, "did not revoke its partitions in time")
 
     async def run(self) -> None:
-        """Sweep forever (the broker runs this as a background task)."""
+        """Check every group each ``BACKSTOP_SWEEP_SECONDS`` (the broker runs this as a
+        background task). Deadlines have their own timer; this only bounds how long a
+        missed one could wait."""
         while True:
-            await asyncio.sleep(SWEEP_INTERVAL_SECONDS)
+            await asyncio.sleep(BACKSTOP_SWEEP_SECONDS)
             self.sweep()
 
     # --- commits, deletion --------------------------------------------------------------
@@ -417,7 +447,7 @@ class ConsumerGroupCoordinator:
         was moved to a new epoch and has not heard yet) may commit the ``partitions``
         (topic name, partition) it still owns and already owned at that epoch; any other
         partition makes the whole commit stale."""
-        group = self.groups.get(group_id)
+        group = self.group(group_id)
         if group is None:
             return False
         if member_epoch < 0 and not group.members:
@@ -442,7 +472,7 @@ class ConsumerGroupCoordinator:
                            member_epoch: int) -> None:
         """OffsetFetch v9+ from a member: raises UNKNOWN_MEMBER_ID or STALE_MEMBER_EPOCH.
         Epoch -1 (admin clients, classic members) is not checked."""
-        group = self.groups.get(group_id)
+        group = self.group(group_id)
         if group is None or member_epoch == -1:
             return
         member = group.members.get(member_id or "")
@@ -453,7 +483,7 @@ class ConsumerGroupCoordinator:
 
     def delete(self, group_id: str) -> bool:
         """Delete an empty consumer group: True if it was one; raises NON_EMPTY_GROUP."""
-        group = self.groups.get(group_id)
+        group = self.group(group_id)
         if group is None:
             return False
         if group.members:

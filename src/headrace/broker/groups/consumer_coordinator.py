@@ -10,9 +10,9 @@ the session expires). Errors:
 * GROUP_ID_NOT_FOUND when joining a group id that a classic group with members holds,
   and for a leave from an unknown group;
 * UNKNOWN_MEMBER_ID for an unknown member, and for a heartbeat (epoch > 0) to a group
-  this broker does not know: Kafka says GROUP_ID_NOT_FOUND there, but its groups
-  survive restarts and ours do not, and UNKNOWN_MEMBER_ID makes members rejoin where
-  GROUP_ID_NOT_FOUND is fatal to the Java client;
+  this broker does not know: Kafka says GROUP_ID_NOT_FOUND there, but UNKNOWN_MEMBER_ID
+  makes members rejoin where GROUP_ID_NOT_FOUND is fatal to the Java client (a group
+  can be unknown here after its records were lost, e.g. a data directory wiped);
 * FENCED_MEMBER_EPOCH for an epoch the coordinator never gave, or an old one other than
   a retry of a lost response; UNRELEASED_INSTANCE_ID (the instance id is held by a live
   member); FENCED_INSTANCE_ID; GROUP_MAX_SIZE_REACHED.
@@ -28,8 +28,9 @@ lookaround) are accepted where Kafka refuses them. Internal topics (``__``) neve
 Subscriptions are re-resolved at each heartbeat, so created or deleted topics and added
 partitions reach the group at the next heartbeat of any member.
 
-State is in memory: after a broker restart members get UNKNOWN_MEMBER_ID and rejoin with
-epoch 0; committed offsets persist in ``__consumer_offsets``. Not implemented: online
+State persists in ``__consumer_offsets`` as Kafka's records (``consumer_records``), written
+as it changes, before the answer: after a restart (``kill -9`` too) members keep their ids,
+epochs and assignments, and their sessions restart from the load. Not implemented: online
 migration between classic and consumer groups (Kafka's
 ``group.consumer.migration.policy=disabled`` behaviour: classic JoinGroup on a consumer
 group gets INCONSISTENT_GROUP_PROTOCOL), rack-aware assignment, client-side assignors.
@@ -59,6 +60,12 @@ from headrace.broker.groups.consumer_group import (
     MemberState,
     is_subset,
 )
+from headrace.broker.groups.consumer_records import (
+    RecordError,
+    decode_group,
+    decode_key,
+    encode_group,
+)
 from headrace.broker.groups.deadlines import Deadlines
 from headrace.protocol.errors import ErrorCode, KafkaProtocolError
 
@@ -69,6 +76,8 @@ BACKSTOP_SWEEP_SECONDS = 1.0
 
 # topic name -> (topic id, partition count), of every live topic.
 TopicsView = Callable[[], Mapping[str, tuple[uuid.UUID, int]]]
+# Writes a group's changed records (None: delete the key) to __consumer_offsets.
+Persist = Callable[[str, list[tuple[bytes, bytes | None]]], object]
 
 
 @dataclass(frozen=True)
@@ -121,7 +130,8 @@ class ConsumerGroupCoordinator:
     def __init__(self, config: ConsumerGroupConfig, topics: TopicsView,
                  is_classic_in_use: Callable[[str], bool],
                  drop_classic: Callable[[str], None],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 persist: Persist | None = None) -> None:
         self.config = config
         self.groups: dict[str, ConsumerGroup] = {}
         self._topics = topics
@@ -129,6 +139,9 @@ class ConsumerGroupCoordinator:
         self._drop_classic = drop_classic
         self._clock = clock
         self._timers = Deadlines(self.expire_due)
+        self._persist = persist
+        # What was last written for each group: key -> value.
+        self._persisted: dict[str, dict[bytes, bytes]] = {}
 
     def group(self, group_id: str) -> ConsumerGroup | None:
         """The group, after applying the deadlines already passed."""
@@ -146,6 +159,7 @@ class ConsumerGroupCoordinator:
             return self._leave(hb)
         group = self._group_for(hb.group_id, create=hb.member_epoch == 0)
         now = self._clock()
+        epochs = (group.group_epoch, group.assignment_epoch)
         changes = _Changes()
         if hb.member_epoch == 0:
             member = self._join(group, hb, changes)
@@ -161,6 +175,8 @@ class ConsumerGroupCoordinator:
         full = hb.member_epoch == 0 or (hb.rebalance_timeout_ms != -1 and hb.owned is not None
                                         and hb.subscribed_topic_names is not None)
         changed = before != member.assigned
+        whole = hb.member_epoch == 0 or epochs != (group.group_epoch, group.assignment_epoch)
+        self._save(group, None if whole else [member])
         return HeartbeatResult(member.member_id, member.member_epoch,
                                self.config.heartbeat_interval_ms,
                                dict(member.assigned) if full or changed else None)
@@ -205,9 +221,8 @@ class ConsumerGroupCoordinator:
         if group is not None:
             return group
         if not create:
-            # Kafka answers GROUP_ID_NOT_FOUND here, but Kafka never forgets a group; we
-            # do on restart, and UNKNOWN_MEMBER_ID makes members rejoin where
-            # GROUP_ID_NOT_FOUND is fatal to the Java client.
+            # Kafka answers GROUP_ID_NOT_FOUND here; UNKNOWN_MEMBER_ID makes members
+            # rejoin where GROUP_ID_NOT_FOUND is fatal to the Java client.
             raise KafkaProtocolError(ErrorCode.UNKNOWN_MEMBER_ID,
                                      f"Consumer group {group_id} not found.")
         if self._is_classic_in_use(group_id):
@@ -379,6 +394,7 @@ class ConsumerGroupCoordinator:
                 group, self._clock() + self.config.session_timeout_ms / 1000)
             log.info("consumer group %s: static member %s left temporarily",
                      group.group_id, member_id)
+            self._save(group, [member])
         else:
             self.remove(group, member, "left the group")
         return HeartbeatResult(member_id, hb.member_epoch, 0, None)
@@ -393,6 +409,65 @@ class ConsumerGroupCoordinator:
             del group.static_members[member.instance_id]
         log.info("consumer group %s: member %s %s", group.group_id, member.member_id, why)
         self._refresh(group, _Changes(True, [f"member {member.member_id} {why}"]))
+        self._save(group)
+
+    # --- persistence --------------------------------------------------------------------
+
+    def _save(self, group: ConsumerGroup, members: list[ConsumerMember] | None = None) -> None:
+        """Write what changed in the group's records since the last write: the group-level
+        records and those of ``members`` (None: every member, and deletions of the records
+        of members gone). Synchronous append: the answer that follows is durable as a
+        commit is."""
+        if self._persist is None:
+            return
+        names = {tid: name for name, (tid, _) in self._topics().items()}
+        new = encode_group(group, names, members)
+        old = self._persisted.setdefault(group.group_id, {})
+        changed: list[tuple[bytes, bytes | None]] = [
+            (k, v) for k, v in new.items() if old.get(k) != v]
+        if members is None:
+            changed += [(k, None) for k in old if k not in new]
+        if not changed:
+            return
+        self._persist(group.group_id, changed)
+        for k, v in changed:
+            if v is None:
+                old.pop(k, None)
+            else:
+                old[k] = v
+
+    def restore(self, records: Mapping[str, Mapping[bytes, bytes]]) -> None:
+        """Rebuild the groups persisted in ``__consumer_offsets`` (group id -> key ->
+        value), on start, before any request. Every member's session (and a revocation
+        in progress) restarts now, as in Kafka after a coordinator load: a member that
+        does not come back is fenced a session timeout later. A group whose records cannot
+        be decoded is skipped (logged)."""
+        now = self._clock()
+        for group_id, raw in records.items():
+            try:
+                keyed = {}
+                for k, v in raw.items():
+                    key = decode_key(k)
+                    if key is not None:
+                        keyed[key] = v
+                group = decode_group(group_id, keyed)
+            except RecordError as e:
+                log.warning("consumer group %s: state not restored: %s", group_id, e)
+                continue
+            group.assignor_name = group.preferred_assignor(DEFAULT_ASSIGNOR)
+            for m in group.members.values():
+                m.session_deadline = self._at(group, now + self.config.session_timeout_ms / 1000)
+                if m.state is MemberState.UNREVOKED_PARTITIONS:
+                    m.revocation_deadline = self._at(group, now + m.rebalance_timeout_ms / 1000)
+            self.groups[group_id] = group
+            self._persisted[group_id] = dict(raw)
+            log.info("consumer group %s: restored at epoch %d with %d members", group_id,
+                     group.group_epoch, len(group.members))
+
+    def forget(self, group_id: str) -> None:
+        """Drop an empty group whose records were deleted (offsets retention)."""
+        self.groups.pop(group_id, None)
+        self._persisted.pop(group_id, None)
 
     def _at(self, group: ConsumerGroup, when: float) -> float:
         """Check ``group`` at clock time ``when`` (returned, for chaining)."""
@@ -490,4 +565,5 @@ class ConsumerGroupCoordinator:
             raise KafkaProtocolError(ErrorCode.NON_EMPTY_GROUP)
         group.dead = True
         del self.groups[group_id]
+        self._persisted.pop(group_id, None)  # the caller tombstones the records
         return True

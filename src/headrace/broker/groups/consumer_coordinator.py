@@ -62,8 +62,8 @@ from headrace.broker.groups.consumer_group import (
 )
 from headrace.broker.groups.consumer_records import (
     RecordError,
-    decode_group,
-    decode_key,
+    changes,
+    decode_records,
     encode_group,
 )
 from headrace.broker.groups.deadlines import Deadlines
@@ -421,12 +421,8 @@ class ConsumerGroupCoordinator:
         if self._persist is None:
             return
         names = {tid: name for name, (tid, _) in self._topics().items()}
-        new = encode_group(group, names, members)
         old = self._persisted.setdefault(group.group_id, {})
-        changed: list[tuple[bytes, bytes | None]] = [
-            (k, v) for k, v in new.items() if old.get(k) != v]
-        if members is None:
-            changed += [(k, None) for k in old if k not in new]
+        changed = changes(old, encode_group(group, names, members), members is None)
         if not changed:
             return
         self._persist(group.group_id, changed)
@@ -445,12 +441,7 @@ class ConsumerGroupCoordinator:
         now = self._clock()
         for group_id, raw in records.items():
             try:
-                keyed = {}
-                for k, v in raw.items():
-                    key = decode_key(k)
-                    if key is not None:
-                        keyed[key] = v
-                group = decode_group(group_id, keyed)
+                group = decode_records(group_id, raw)
             except RecordError as e:
                 log.warning("consumer group %s: state not restored: %s", group_id, e)
                 continue

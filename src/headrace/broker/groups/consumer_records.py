@@ -209,6 +209,26 @@ def _read_partitions(r: _Reader) -> MemberAssignment:
     return {t: ps for t, ps in out.items() if ps}
 
 
+def decode_records(group_id: str, records: Mapping[bytes, bytes]) -> ConsumerGroup:
+    """``decode_group`` from raw keys (other record types are ignored)."""
+    keyed = {}
+    for raw, value in records.items():
+        key = decode_key(raw)
+        if key is not None:
+            keyed[key] = value
+    return decode_group(group_id, keyed)
+
+
+def changes(old: Mapping[bytes, bytes], new: Mapping[bytes, bytes],
+            complete: bool) -> list[tuple[bytes, bytes | None]]:
+    """The records to write to go from ``old`` to ``new``: the keys whose value differs
+    and, when ``new`` is the ``complete`` state, tombstones for the keys gone."""
+    out: list[tuple[bytes, bytes | None]] = [(k, v) for k, v in new.items() if old.get(k) != v]
+    if complete:
+        out += [(k, None) for k in old if k not in new]
+    return out
+
+
 def decode_group(group_id: str, records: Mapping[Key, bytes]) -> ConsumerGroup:
     """Rebuild a group from the latest value of each of its keys. Raises ``RecordError``."""
     group = ConsumerGroup(group_id)

@@ -38,8 +38,6 @@ Table = dict[int, tuple[int, int]]
 NOT_YET_MAX = {
     0: 11,   # Produce 13: v12+ need transactions v2 (KIP-890)
     2: 8,    # ListOffsets 11
-    8: 9,    # OffsetCommit 10: topics by id
-    9: 9,    # OffsetFetch 10: topics by id
     10: 4,   # FindCoordinator 6: share groups
     24: 3,   # AddPartitionsToTxn 5: transactions v2
     25: 3,   # AddOffsetsToTxn 4: transactions v2

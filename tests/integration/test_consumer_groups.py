@@ -250,8 +250,9 @@ def test_classic_and_consumer_groups_conflict(kbroker: EmbeddedBroker, topic_nam
 
 def test_members_rejoin_after_a_broker_restart(tmp_path: Any, topic_name: str,
                                                members: list[Member]) -> None:
-    """Group state is in memory: after a restart the member is told UNKNOWN_MEMBER_ID,
-    rejoins, and resumes from its committed offsets."""
+    """After a restart the member carries on (its group state is persisted, see
+    ``test_consumer_group_persistence``) and consumes what was produced meanwhile, from
+    its committed offsets."""
     with EmbeddedBroker(data_dir=tmp_path / "data", extra_args=[
             "--group-consumer-session-timeout-ms", str(SESSION_MS),
             "--group-consumer-heartbeat-interval-ms", str(HEARTBEAT_MS)]) as b:

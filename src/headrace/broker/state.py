@@ -156,15 +156,17 @@ class BrokerState:
 
     @classmethod
     def open(cls, config: BrokerConfig) -> BrokerState:
-        """Recover the logs, replay committed offsets, restore known groups (Empty, at
-        their last generation: members rejoin after a restart), replay the
+        """Recover the logs, replay committed offsets, restore known groups (classic
+        ones Empty, at their last generation: their members rejoin after a restart;
+        KIP-848 consumer groups whole: members, epochs, assignments), replay the
         transaction log, completing transactions a crash left half-done, and load the
         credentials and ACLs from the metadata log (migrating the legacy topics first)."""
         logs = LogManager(config.data_dir, config.log)
         offsets = OffsetStore(logs, config.offsets_topic_partitions)
         offsets.load()
         groups = GroupCoordinator(config.groups, on_generation=offsets.record_group)
-        for group_id in set(offsets.groups) | set(offsets.offsets):
+        for group_id in (set(offsets.groups) | set(offsets.offsets)) - set(
+                offsets.consumer_records):
             group = groups.get_or_create(group_id)
             record = offsets.groups.get(group_id)
             if record is not None:
@@ -187,7 +189,9 @@ class BrokerState:
             groups.groups.pop(group_id, None)
 
         consumer_groups = ConsumerGroupCoordinator(config.consumer_groups, topics,
-                                                   classic_in_use, drop_classic)
+                                                   classic_in_use, drop_classic,
+                                                   persist=offsets.write_consumer_records)
+        consumer_groups.restore(offsets.consumer_records)
         groups.is_foreign = lambda group_id: group_id in consumer_groups.groups
         # Credentials and ACLs: in the metadata log, out of every request's reach.
         metadata = MetadataLog(config.data_dir)
@@ -223,7 +227,7 @@ class BrokerState:
                 self.groups.groups.pop(group_id, None)
             consumer = self.consumer_groups.groups.get(group_id)
             if consumer is not None and not consumer.members:
-                self.consumer_groups.groups.pop(group_id, None)
+                self.consumer_groups.forget(group_id)
 
     @property
     def advertised_host(self) -> str:

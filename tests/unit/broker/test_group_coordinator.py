@@ -520,21 +520,19 @@ def test_session_expiry_removes_a_silent_member_and_rebalances() -> None:
     run(scenario)
 
 
-def test_the_next_deadline_is_the_earliest_session_still_to_come() -> None:
-    """``run`` wakes at it, so a member expires at its deadline, not a sweep later."""
+def test_a_lookup_at_a_session_deadline_finds_the_member_gone() -> None:
+    """Deadlines apply before any lookup, whatever the timer does: a request handled at a
+    member's deadline (no sweep in between) never sees the member."""
 
     async def scenario(h: Harness) -> None:
-        a, _ = await h.stable_group(2)
-        h.pass_time(1.0)
+        a, b = await h.stable_group(2)
+        h.clock.advance(1.0)
         h.coord.heartbeat("g", 1, a.member_id, None)
-        now = h.clock.now
-        assert h.coord.next_deadline(now) == now - 1.0 + SESSION_MS / 1000  # b's
-        h.pass_time(SESSION_MS / 1000 - 1.0 + 0.001)
-        assert set(h.group().members) == {a.member_id}
-        # Next: a's session (it has not rejoined yet), then the rebalance timeout.
-        assert h.coord.next_deadline(h.clock.now) == now + SESSION_MS / 1000
-        assert h.coord.next_deadline(now + SESSION_MS / 1000) == h.group().join_deadline
-        assert h.coord.next_deadline(h.group().join_deadline) == float("inf")
+        h.clock.advance(SESSION_MS / 1000 - 1.0)  # exactly b's deadline
+        group = h.group()
+        assert set(group.members) == {a.member_id}
+        assert group.state is GroupState.PREPARING_REBALANCE
+        raises(ErrorCode.UNKNOWN_MEMBER_ID, lambda: h.coord.heartbeat("g", 1, b.member_id, None))
 
     run(scenario)
 

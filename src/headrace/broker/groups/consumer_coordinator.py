@@ -10,9 +10,9 @@ the session expires). Errors:
 * GROUP_ID_NOT_FOUND when joining a group id that a classic group with members holds,
   and for a leave from an unknown group;
 * UNKNOWN_MEMBER_ID for an unknown member, and for a heartbeat (epoch > 0) to a group
-  this broker does not know: Kafka says GROUP_ID_NOT_FOUND there, but its groups
-  survive restarts and ours do not, and UNKNOWN_MEMBER_ID makes members rejoin where
-  GROUP_ID_NOT_FOUND is fatal to the Java client;
+  this broker does not know: Kafka says GROUP_ID_NOT_FOUND there, but UNKNOWN_MEMBER_ID
+  makes members rejoin where GROUP_ID_NOT_FOUND is fatal to the Java client (a group
+  can be unknown here after its records were lost, e.g. a data directory wiped);
 * FENCED_MEMBER_EPOCH for an epoch the coordinator never gave, or an old one other than
   a retry of a lost response; UNRELEASED_INSTANCE_ID (the instance id is held by a live
   member); FENCED_INSTANCE_ID; GROUP_MAX_SIZE_REACHED.
@@ -28,8 +28,9 @@ lookaround) are accepted where Kafka refuses them. Internal topics (``__``) neve
 Subscriptions are re-resolved at each heartbeat, so created or deleted topics and added
 partitions reach the group at the next heartbeat of any member.
 
-State is in memory: after a broker restart members get UNKNOWN_MEMBER_ID and rejoin with
-epoch 0; committed offsets persist in ``__consumer_offsets``. Not implemented: online
+State persists in ``__consumer_offsets`` as Kafka's records (``consumer_records``), written
+as it changes, before the answer: after a restart (``kill -9`` too) members keep their ids,
+epochs and assignments, and their sessions restart from the load. Not implemented: online
 migration between classic and consumer groups (Kafka's
 ``group.consumer.migration.policy=disabled`` behaviour: classic JoinGroup on a consumer
 group gets INCONSISTENT_GROUP_PROTOCOL), rack-aware assignment, client-side assignors.
@@ -59,14 +60,24 @@ from headrace.broker.groups.consumer_group import (
     MemberState,
     is_subset,
 )
+from headrace.broker.groups.consumer_records import (
+    RecordError,
+    changes,
+    decode_records,
+    encode_group,
+)
+from headrace.broker.groups.deadlines import Deadlines
 from headrace.protocol.errors import ErrorCode, KafkaProtocolError
 
 log = logging.getLogger(__name__)
 
-SWEEP_INTERVAL_SECONDS = 0.1
+# ``run`` also checks every group this often: a backstop, deadlines have their own timers.
+BACKSTOP_SWEEP_SECONDS = 1.0
 
 # topic name -> (topic id, partition count), of every live topic.
 TopicsView = Callable[[], Mapping[str, tuple[uuid.UUID, int]]]
+# Writes a group's changed records (None: delete the key) to __consumer_offsets.
+Persist = Callable[[str, list[tuple[bytes, bytes | None]]], object]
 
 
 @dataclass(frozen=True)
@@ -119,15 +130,22 @@ class ConsumerGroupCoordinator:
     def __init__(self, config: ConsumerGroupConfig, topics: TopicsView,
                  is_classic_in_use: Callable[[str], bool],
                  drop_classic: Callable[[str], None],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 persist: Persist | None = None) -> None:
         self.config = config
         self.groups: dict[str, ConsumerGroup] = {}
         self._topics = topics
         self._is_classic_in_use = is_classic_in_use
         self._drop_classic = drop_classic
         self._clock = clock
+        self._timers = Deadlines(self.expire_due)
+        self._persist = persist
+        # What was last written for each group: key -> value.
+        self._persisted: dict[str, dict[bytes, bytes]] = {}
 
     def group(self, group_id: str) -> ConsumerGroup | None:
+        """The group, after applying the deadlines already passed."""
+        self.expire_due()
         return self.groups.get(group_id)
 
     # --- ConsumerGroupHeartbeat ---------------------------------------------------------
@@ -136,23 +154,29 @@ class ConsumerGroupCoordinator:
         """Handle one heartbeat; raises ``KafkaProtocolError`` with the answer's code.
         Runs on the event loop, never blocks."""
         self._validate(hb)
+        self.expire_due()
         if hb.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             return self._leave(hb)
         group = self._group_for(hb.group_id, create=hb.member_epoch == 0)
         now = self._clock()
+        epochs = (group.group_epoch, group.assignment_epoch)
         changes = _Changes()
         if hb.member_epoch == 0:
             member = self._join(group, hb, changes)
         else:
             member = self._existing(group, hb)
         self._update(member, hb, changes)
-        member.session_deadline = now + self.config.session_timeout_ms / 1000
+        member.session_deadline = self._at(group, now + self.config.session_timeout_ms / 1000)
         self._refresh(group, changes)
         before = dict(member.assigned)
         group.reconcile(member, hb.owned, now)
+        if member.state is MemberState.UNREVOKED_PARTITIONS:
+            self._at(group, member.revocation_deadline)
         full = hb.member_epoch == 0 or (hb.rebalance_timeout_ms != -1 and hb.owned is not None
                                         and hb.subscribed_topic_names is not None)
         changed = before != member.assigned
+        whole = hb.member_epoch == 0 or epochs != (group.group_epoch, group.assignment_epoch)
+        self._save(group, None if whole else [member])
         return HeartbeatResult(member.member_id, member.member_epoch,
                                self.config.heartbeat_interval_ms,
                                dict(member.assigned) if full or changed else None)
@@ -197,9 +221,8 @@ class ConsumerGroupCoordinator:
         if group is not None:
             return group
         if not create:
-            # Kafka answers GROUP_ID_NOT_FOUND here, but Kafka never forgets a group; we
-            # do on restart, and UNKNOWN_MEMBER_ID makes members rejoin where
-            # GROUP_ID_NOT_FOUND is fatal to the Java client.
+            # Kafka answers GROUP_ID_NOT_FOUND here; UNKNOWN_MEMBER_ID makes members
+            # rejoin where GROUP_ID_NOT_FOUND is fatal to the Java client.
             raise KafkaProtocolError(ErrorCode.UNKNOWN_MEMBER_ID,
                                      f"Consumer group {group_id} not found.")
         if self._is_classic_in_use(group_id):
@@ -367,9 +390,11 @@ class ConsumerGroupCoordinator:
             # Keeps its partitions for the instance id until the session expires.
             member.previous_member_epoch = member.member_epoch
             member.member_epoch = STATIC_LEAVE_EPOCH
-            member.session_deadline = self._clock() + self.config.session_timeout_ms / 1000
+            member.session_deadline = self._at(
+                group, self._clock() + self.config.session_timeout_ms / 1000)
             log.info("consumer group %s: static member %s left temporarily",
                      group.group_id, member_id)
+            self._save(group, [member])
         else:
             self.remove(group, member, "left the group")
         return HeartbeatResult(member_id, hb.member_epoch, 0, None)
@@ -384,23 +409,94 @@ class ConsumerGroupCoordinator:
             del group.static_members[member.instance_id]
         log.info("consumer group %s: member %s %s", group.group_id, member.member_id, why)
         self._refresh(group, _Changes(True, [f"member {member.member_id} {why}"]))
+        self._save(group)
+
+    # --- persistence --------------------------------------------------------------------
+
+    def _save(self, group: ConsumerGroup, members: list[ConsumerMember] | None = None) -> None:
+        """Write what changed in the group's records since the last write: the group-level
+        records and those of ``members`` (None: every member, and deletions of the records
+        of members gone). Synchronous append: the answer that follows is durable as a
+        commit is."""
+        if self._persist is None:
+            return
+        names = {tid: name for name, (tid, _) in self._topics().items()}
+        old = self._persisted.setdefault(group.group_id, {})
+        changed = changes(old, encode_group(group, names, members), members is None)
+        if not changed:
+            return
+        self._persist(group.group_id, changed)
+        for k, v in changed:
+            if v is None:
+                old.pop(k, None)
+            else:
+                old[k] = v
+
+    def restore(self, records: Mapping[str, Mapping[bytes, bytes]]) -> None:
+        """Rebuild the groups persisted in ``__consumer_offsets`` (group id -> key ->
+        value), on start, before any request. Every member's session (and a revocation
+        in progress) restarts now, as in Kafka after a coordinator load: a member that
+        does not come back is fenced a session timeout later. A group whose records cannot
+        be decoded is skipped (logged)."""
+        now = self._clock()
+        for group_id, raw in records.items():
+            try:
+                group = decode_records(group_id, raw)
+            except RecordError as e:
+                log.warning("consumer group %s: state not restored: %s", group_id, e)
+                continue
+            group.assignor_name = group.preferred_assignor(DEFAULT_ASSIGNOR)
+            for m in group.members.values():
+                m.session_deadline = self._at(group, now + self.config.session_timeout_ms / 1000)
+                if m.state is MemberState.UNREVOKED_PARTITIONS:
+                    m.revocation_deadline = self._at(group, now + m.rebalance_timeout_ms / 1000)
+            self.groups[group_id] = group
+            self._persisted[group_id] = dict(raw)
+            log.info("consumer group %s: restored at epoch %d with %d members", group_id,
+                     group.group_epoch, len(group.members))
+
+    def forget(self, group_id: str) -> None:
+        """Drop an empty group whose records were deleted (offsets retention)."""
+        self.groups.pop(group_id, None)
+        self._persisted.pop(group_id, None)
+
+    def _at(self, group: ConsumerGroup, when: float) -> float:
+        """Check ``group`` at clock time ``when`` (returned, for chaining)."""
+        self._timers.add(when, group.group_id)
+        return when
+
+    def expire_due(self) -> None:
+        """Fence the members whose session or revocation deadline has come. Called by the
+        deadline timer and before any request looks at a group. Idempotent."""
+        if self._timers.next() == float("inf"):
+            return
+        now = self._clock()
+        for group_id in self._timers.due(now):
+            group = self.groups.get(group_id)
+            if group is not None:
+                self._check(group, now)
 
     def sweep(self) -> None:
-        """Fence members whose session expired or who did not revoke in time. Idempotent;
-        the broker calls it periodically."""
+        """Check every group against the clock (what ``expire_due`` does for the groups
+        with a deadline due). Idempotent."""
         now = self._clock()
         for group in list(self.groups.values()):
-            for m in list(group.members.values()):
-                if now > m.session_deadline:
-                    self.remove(group, m, "session timed out")
-                elif m.state is MemberState.UNREVOKED_PARTITIONS \
-                        and now > m.revocation_deadline:
-                    self.remove(group, m, "did not revoke its partitions in time")
+            self._check(group, now)
+
+    def _check(self, group: ConsumerGroup, now: float) -> None:
+        for m in list(group.members.values()):
+            if now >= m.session_deadline:
+                self.remove(group, m, "session timed out")
+            elif m.state is MemberState.UNREVOKED_PARTITIONS \
+                    and now >= m.revocation_deadline:
+                self.remove(group, m, "did not revoke its partitions in time")
 
     async def run(self) -> None:
-        """Sweep forever (the broker runs this as a background task)."""
+        """Check every group each ``BACKSTOP_SWEEP_SECONDS`` (the broker runs this as a
+        background task). Deadlines have their own timer; this only bounds how long a
+        missed one could wait."""
         while True:
-            await asyncio.sleep(SWEEP_INTERVAL_SECONDS)
+            await asyncio.sleep(BACKSTOP_SWEEP_SECONDS)
             self.sweep()
 
     # --- commits, deletion --------------------------------------------------------------
@@ -417,7 +513,7 @@ class ConsumerGroupCoordinator:
         was moved to a new epoch and has not heard yet) may commit the ``partitions``
         (topic name, partition) it still owns and already owned at that epoch; any other
         partition makes the whole commit stale."""
-        group = self.groups.get(group_id)
+        group = self.group(group_id)
         if group is None:
             return False
         if member_epoch < 0 and not group.members:
@@ -442,7 +538,7 @@ class ConsumerGroupCoordinator:
                            member_epoch: int) -> None:
         """OffsetFetch v9+ from a member: raises UNKNOWN_MEMBER_ID or STALE_MEMBER_EPOCH.
         Epoch -1 (admin clients, classic members) is not checked."""
-        group = self.groups.get(group_id)
+        group = self.group(group_id)
         if group is None or member_epoch == -1:
             return
         member = group.members.get(member_id or "")
@@ -453,11 +549,12 @@ class ConsumerGroupCoordinator:
 
     def delete(self, group_id: str) -> bool:
         """Delete an empty consumer group: True if it was one; raises NON_EMPTY_GROUP."""
-        group = self.groups.get(group_id)
+        group = self.group(group_id)
         if group is None:
             return False
         if group.members:
             raise KafkaProtocolError(ErrorCode.NON_EMPTY_GROUP)
         group.dead = True
         del self.groups[group_id]
+        self._persisted.pop(group_id, None)  # the caller tombstones the records
         return True

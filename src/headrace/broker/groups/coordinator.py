@@ -21,11 +21,15 @@ PreparingRebalance whenever membership or subscriptions change; Dead once delete
   under the same instance id replaces the old member id (fencing the old one) and, when
   nothing else changed in a Stable group, gets its assignment back without a rebalance.
 
-Everything runs on the broker's event loop; ``run`` calls ``sweep`` to expire sessions,
-pending member ids and rebalance deadlines, waking at the earliest deadline (at most
-``SWEEP_INTERVAL_SECONDS`` apart), so a silent member is expired at its deadline, as
-Kafka's purgatory does, and DeleteGroups right after a session timeout finds the group
-Empty.
+Everything runs on the broker's event loop. Each deadline (a session, a pending member
+id, a rebalance's initial delay, join or sync deadline) is added to ``Deadlines`` when it
+is set, and a loop timer checks its group when it comes, as Kafka's timer wheel does; a
+request that looks a group up first applies every deadline already passed, so a request
+handled after a member's deadline never finds it (DeleteGroups right after a session
+timeout finds the group Empty, however busy the loop). A session restarts with each
+JoinGroup, SyncGroup, Heartbeat and OffsetCommit of the member (Kafka restarts it on an
+OffsetCommit only in Stable and PreparingRebalance; here the commit is refused in
+CompletingRebalance, and Empty has no members).
 """
 
 from __future__ import annotations
@@ -36,14 +40,14 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from headrace.broker.groups.deadlines import Deadlines
 from headrace.broker.groups.group import Group, GroupState, JoinResult, Member
 from headrace.protocol.errors import ErrorCode, KafkaProtocolError
 
 log = logging.getLogger(__name__)
 
-SWEEP_INTERVAL_SECONDS = 0.05
-# Deadlines are compared with ``>``: waking this much after one makes it count as passed.
-DEADLINE_SLACK_SECONDS = 0.001
+# ``run`` also checks every group this often: a backstop, deadlines have their own timers.
+BACKSTOP_SWEEP_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -86,10 +90,13 @@ class GroupCoordinator:
         # Whether a group id belongs to a KIP-848 consumer group (JoinGroup then answers
         # INCONSISTENT_GROUP_PROTOCOL); set by the broker state.
         self.is_foreign: Callable[[str], bool] = lambda group_id: False
+        self._timers = Deadlines(self.expire_due)
 
     # --- lookups ----------------------------------------------------------------------
 
     def group(self, group_id: str) -> Group | None:
+        """The live group, after applying the deadlines already passed."""
+        self.expire_due()
         group = self.groups.get(group_id)
         return None if group is None or group.state is GroupState.DEAD else group
 
@@ -118,8 +125,14 @@ class GroupCoordinator:
     def _now() -> float:
         return asyncio.get_running_loop().time()
 
-    def _touch(self, member: Member) -> None:
-        member.session_deadline = self._now() + member.session_timeout_ms / 1000
+    def _touch(self, group: Group, member: Member) -> None:
+        """Restart the member's session."""
+        member.session_deadline = self._at(group, self._now() + member.session_timeout_ms / 1000)
+
+    def _at(self, group: Group, when: float) -> float:
+        """Check ``group`` at loop time ``when`` (returned, for chaining)."""
+        self._timers.add(when, group.group_id)
+        return when
 
     # --- JoinGroup --------------------------------------------------------------------
 
@@ -170,7 +183,8 @@ class GroupCoordinator:
         if len(group.members) + len(group.pending_members) >= self.config.max_size:
             raise KafkaProtocolError(ErrorCode.GROUP_MAX_SIZE_REACHED)
         if req.require_known_member_id:
-            group.pending_members[member_id] = self._now() + req.session_timeout_ms / 1000
+            group.pending_members[member_id] = self._at(
+                group, self._now() + req.session_timeout_ms / 1000)
             return JoinResult(error_code=ErrorCode.MEMBER_ID_REQUIRED, member_id=member_id)
         return await self._add_and_wait(group, req, member_id)
 
@@ -185,7 +199,7 @@ class GroupCoordinator:
         group.members[member_id] = member
         if req.group_instance_id is not None:
             group.static_members[req.group_instance_id] = member_id
-        self._touch(member)
+        self._touch(group, member)
         # Keep our own reference: completing the join resets member.join_future.
         fut: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
         member.join_future = fut
@@ -215,7 +229,7 @@ class GroupCoordinator:
         old_leader = group.leader_id or ""
         if old_leader == old.member_id:
             group.leader_id = member_id
-        self._touch(new)
+        self._touch(group, new)
         if group.state is GroupState.STABLE and old.same_protocols(req.protocols):
             if group.leader_id != member_id:
                 return self._current_generation(group, new, as_leader=False)
@@ -231,7 +245,7 @@ class GroupCoordinator:
         return await fut
 
     async def _rejoin(self, group: Group, member: Member, req: JoinRequest) -> JoinResult:
-        self._touch(member)
+        self._touch(group, member)
         changed = not member.same_protocols(req.protocols)
         member.protocols = req.protocols
         member.session_timeout_ms = req.session_timeout_ms
@@ -269,14 +283,15 @@ class GroupCoordinator:
         if group.state is GroupState.COMPLETING_REBALANCE:
             for m in group.members.values():
                 if m.sync_future is not None:
-                    self._touch(m)  # its session restarts now that it must rejoin
+                    self._touch(group, m)  # its session restarts now that it must rejoin
                 self._fail_sync(m, ErrorCode.REBALANCE_IN_PROGRESS)
         now = self._now()
         if group.state is GroupState.EMPTY and self.config.initial_rebalance_delay_ms > 0:
-            group.initial_delay_until = now + self.config.initial_rebalance_delay_ms / 1000
+            group.initial_delay_until = self._at(
+                group, now + self.config.initial_rebalance_delay_ms / 1000)
         else:
             group.initial_delay_until = 0.0
-        group.join_deadline = now + group.max_rebalance_timeout_ms() / 1000
+        group.join_deadline = self._at(group, now + group.max_rebalance_timeout_ms() / 1000)
         group.state = GroupState.PREPARING_REBALANCE
         log.info("group %s: preparing rebalance (generation %d): %s", group.group_id,
                  group.generation_id, reason)
@@ -284,7 +299,7 @@ class GroupCoordinator:
     def _extend_initial_delay(self, group: Group) -> None:
         now = self._now()
         extended = now + self.config.initial_rebalance_delay_ms / 1000
-        group.initial_delay_until = min(extended, group.join_deadline)
+        group.initial_delay_until = self._at(group, min(extended, group.join_deadline))
 
     def _try_complete_join(self, group: Group, force: bool = False) -> None:
         """Complete the rebalance when every member rejoined (after any initial delay),
@@ -311,12 +326,13 @@ class GroupCoordinator:
         if group.leader_id not in group.members:
             group.leader_id = next(iter(group.members))
         group.state = GroupState.COMPLETING_REBALANCE
-        group.sync_deadline = self._now() + group.max_rebalance_timeout_ms() / 1000
+        group.sync_deadline = self._at(
+            group, self._now() + group.max_rebalance_timeout_ms() / 1000)
         members = self._member_list(group)
         for m in group.members.values():
             fut, m.join_future = m.join_future, None
             m.assignment = b""
-            self._touch(m)
+            self._touch(group, m)
             result = JoinResult(ErrorCode.NONE, group.generation_id, group.protocol_type,
                                 group.protocol_name, group.leader_id, m.member_id,
                                 members if m.member_id == group.leader_id else ())
@@ -342,7 +358,7 @@ class GroupCoordinator:
         if (protocol_type is not None and protocol_type != group.protocol_type) or (
                 protocol_name is not None and protocol_name != group.protocol_name):
             raise KafkaProtocolError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
-        self._touch(member)
+        self._touch(group, member)
         if group.state is GroupState.PREPARING_REBALANCE:
             raise KafkaProtocolError(ErrorCode.REBALANCE_IN_PROGRESS)
         if group.state is GroupState.STABLE:
@@ -375,7 +391,7 @@ class GroupCoordinator:
         assert group is not None
         if generation_id != group.generation_id:
             raise KafkaProtocolError(ErrorCode.ILLEGAL_GENERATION)
-        self._touch(member)
+        self._touch(group, member)
         if group.state is GroupState.PREPARING_REBALANCE:
             raise KafkaProtocolError(ErrorCode.REBALANCE_IN_PROGRESS)
 
@@ -436,7 +452,7 @@ class GroupCoordinator:
             raise KafkaProtocolError(ErrorCode.ILLEGAL_GENERATION)
         if group.state is GroupState.COMPLETING_REBALANCE:
             raise KafkaProtocolError(ErrorCode.REBALANCE_IN_PROGRESS)
-        self._touch(member)
+        self._touch(group, member)
 
     # --- deletion ---------------------------------------------------------------------
 
@@ -452,57 +468,53 @@ class GroupCoordinator:
 
     # --- timers -----------------------------------------------------------------------
 
+    def expire_due(self) -> None:
+        """Act on every deadline that has come: expire sessions and pending member ids,
+        complete or restart rebalances. Called by the deadline timer and before any
+        lookup of a group. Idempotent."""
+        if self._timers.next() == float("inf"):
+            return
+        now = self._now()
+        for group_id in self._timers.due(now):
+            group = self.groups.get(group_id)
+            if group is not None:
+                self._check(group, now)
+
     def sweep(self) -> None:
-        """Expire sessions, pending member ids and rebalance deadlines. Idempotent."""
+        """Check every group against ``now`` (what ``expire_due`` does for the groups with
+        a deadline due). Idempotent."""
         now = self._now()
         for group in list(self.groups.values()):
-            for pending, deadline in list(group.pending_members.items()):
-                if now > deadline:
-                    del group.pending_members[pending]
-            if group.state is GroupState.PREPARING_REBALANCE:
-                if now >= group.join_deadline:
-                    self._try_complete_join(group, force=True)
-                else:
-                    self._try_complete_join(group)
-            elif group.state is GroupState.COMPLETING_REBALANCE and now >= group.sync_deadline:
-                # The leader never sent assignments: start over without the silent members.
-                for m in [m for m in group.members.values() if m.sync_future is None]:
-                    self._remove(group, m, "did not sync in time")
-                self._prepare_rebalance(group, "sync timed out")
-                self._try_complete_join(group)
-            expired = [m for m in group.members.values()
-                       if m.join_future is None and m.sync_future is None
-                       and now > m.session_deadline]
-            for m in expired:
-                self._remove(group, m, "session timed out")
-            if expired:
-                self._after_removal(group)
+            self._check(group, now)
 
-    def next_deadline(self, after: float) -> float:
-        """The earliest deadline later than ``after`` (inf if none): a session, pending
-        member id, initial delay, join or sync deadline. Deadlines already passed are left
-        out: a sweep has acted on them, or has nothing to do for them (an initial delay
-        still waiting for members), and must not be retried in a busy loop."""
-        found = [d for group in self.groups.values() for d in self._deadlines(group)]
-        return min((d for d in found if d > after), default=float("inf"))
-
-    @staticmethod
-    def _deadlines(group: Group) -> list[float]:
-        found = list(group.pending_members.values())
+    def _check(self, group: Group, now: float) -> None:
+        """Act on the group's deadlines at or before ``now``."""
+        for pending, deadline in list(group.pending_members.items()):
+            if now >= deadline:
+                del group.pending_members[pending]
         if group.state is GroupState.PREPARING_REBALANCE:
-            found += [group.join_deadline, group.initial_delay_until]
-        elif group.state is GroupState.COMPLETING_REBALANCE:
-            found.append(group.sync_deadline)
-        found += [m.session_deadline for m in group.members.values()
-                  if m.join_future is None and m.sync_future is None]
-        return found
+            if now >= group.join_deadline:
+                self._try_complete_join(group, force=True)
+            else:
+                self._try_complete_join(group)
+        elif group.state is GroupState.COMPLETING_REBALANCE and now >= group.sync_deadline:
+            # The leader never sent assignments: start over without the silent members.
+            for m in [m for m in group.members.values() if m.sync_future is None]:
+                self._remove(group, m, "did not sync in time")
+            self._prepare_rebalance(group, "sync timed out")
+            self._try_complete_join(group)
+        expired = [m for m in group.members.values()
+                   if m.join_future is None and m.sync_future is None
+                   and now >= m.session_deadline]
+        for m in expired:
+            self._remove(group, m, "session timed out")
+        if expired:
+            self._after_removal(group)
 
     async def run(self) -> None:
-        """Sweep forever (the broker runs this as a background task): at the earliest
-        deadline, and at least every ``SWEEP_INTERVAL_SECONDS`` (deadlines added or moved
-        between sweeps are caught by then)."""
+        """Check every group each ``BACKSTOP_SWEEP_SECONDS`` (the broker runs this as a
+        background task). Deadlines have their own timer; this only bounds how long a
+        missed one could wait."""
         while True:
-            now = self._now()
-            wait = self.next_deadline(now) + DEADLINE_SLACK_SECONDS - now
-            await asyncio.sleep(min(SWEEP_INTERVAL_SECONDS, max(wait, 0.0)))
+            await asyncio.sleep(BACKSTOP_SWEEP_SECONDS)
             self.sweep()

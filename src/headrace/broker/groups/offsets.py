@@ -5,8 +5,10 @@ Records use Kafka's own key and value layouts, so Kafka tooling can read the top
 * offset commit: key v1 ``(group, topic, partition)``, value v3 ``(offset, leader epoch,
   metadata, commit timestamp)``; a null value (tombstone) deletes the offset;
 * group metadata: key v2 ``(group)``, value v3 ``(protocol type, generation, protocol,
-  leader, state timestamp, [])`` (members are not persisted: they rejoin after a
-  restart); a tombstone deletes the group.
+  leader, state timestamp, [])`` (classic members are not persisted: they rejoin after
+  a restart); a tombstone deletes the group;
+* KIP-848 consumer groups: key types 3-8 (``consumer_records``), kept as raw key/value
+  bytes per group for the consumer group coordinator to rebuild its groups from.
 
 The store keeps the latest value of every key in memory (the state of the compacted
 topic) and rebuilds it by replaying the topic on start. A commit is acknowledged once
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 
 from kafka.record.default_records import DefaultRecordBatch
 
+from headrace.broker.groups.consumer_records import RECORD_TYPES
 from headrace.broker.groups.group import Group
 from headrace.protocol.errors import ProtocolError
 from headrace.protocol.records import TRANSACTIONAL_FLAG, build_batch, validate_batches
@@ -112,6 +115,8 @@ class OffsetStore:
         self._partitions = topic.partitions
         self.offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
         self.groups: dict[str, GroupRecord] = {}
+        # KIP-848 group records: group id -> key -> latest value.
+        self.consumer_records: dict[str, dict[bytes, bytes]] = {}
         # Transactional offset records awaiting their marker, by producer id.
         self._pending: dict[int, list[tuple[bytes, bytes | None]]] = {}
         # (group, topic, partition) each producer has staged, for require_stable fetches.
@@ -166,13 +171,32 @@ class OffsetStore:
                     v = _Reader(value)
                     v.take(">h")
                     self.groups[group] = GroupRecord(v.string() or "", v.take(">i"))
+            elif version in RECORD_TYPES:
+                self._apply_consumer(group, key, value)
             else:
                 return False
         except (struct.error, UnicodeDecodeError, ProtocolError):
             return False
         return True
 
+    def _apply_consumer(self, group: str, key: bytes, value: bytes | None) -> None:
+        if value is None:
+            kept = self.consumer_records.get(group, {})
+            kept.pop(key, None)
+            if not kept:
+                self.consumer_records.pop(group, None)
+        else:
+            self.consumer_records.setdefault(group, {})[key] = value
+
     # --- writing ----------------------------------------------------------------------
+
+    def write_consumer_records(self, group: str,
+                               records: list[tuple[bytes, bytes | None]]) -> PartitionLog:
+        """Persist KIP-848 group records (a None value deletes the key) in one batch."""
+        plog = self._append(group, records)
+        for key, value in records:
+            self._apply_consumer(group, key, value)
+        return plog
 
     def _append(self, group: str, records: list[tuple[bytes, bytes | None]]) -> PartitionLog:
         plog = self.partition_for(group)
@@ -234,13 +258,15 @@ class OffsetStore:
         self.groups[group.group_id] = GroupRecord(group.protocol_type or "", group.generation_id)
 
     def delete_group(self, group: str) -> None:
-        """Tombstone the group and all its offsets."""
+        """Tombstone the group, its KIP-848 state and all its offsets."""
         records: list[tuple[bytes, bytes | None]] = [
             (offset_key(group, t, p), None) for t, p in self.offsets.get(group, {})]
         records.append((group_key(group), None))
+        records += [(key, None) for key in self.consumer_records.get(group, {})]
         self._append(group, records)
         self.offsets.pop(group, None)
         self.groups.pop(group, None)
+        self.consumer_records.pop(group, None)
 
     def committed(self, group: str) -> dict[TopicPartition, CommittedOffset]:
         return self.offsets.get(group, {})
@@ -263,12 +289,13 @@ class OffsetStore:
           exactly-once sink's markers) expire each ``retention_ms`` after its commit.
         """
         forgotten: list[str] = []
-        for group in list(self.offsets.keys() | self.groups.keys()):
+        for group in list(self.offsets.keys() | self.groups.keys()
+                          | self.consumer_records.keys()):
             if has_members(group):
                 self._empty_since.pop(group, None)
                 continue
             offsets = self.offsets.get(group, {})
-            if group in self.groups:
+            if group in self.groups or group in self.consumer_records:
                 since = self._empty_since.setdefault(group, now_ms)
                 if since + retention_ms <= now_ms:
                     self.delete_group(group)

@@ -6,8 +6,9 @@ it changed or the request was a full one, the member's assignment by topic id. v
 generate their own member id (KIP-1082); v0 members get one. The rules (epochs, server
 assignors ``uniform``/``range``, pending revocation, static membership, regex
 subscriptions, fencing) live in ``groups.consumer_coordinator``, whose docstring lists
-what is not implemented. Group state is in memory: after a broker restart members are told
-UNKNOWN_MEMBER_ID / GROUP_ID_NOT_FOUND and rejoin. With ACLs: READ on the group (else
+what is not implemented. Group state persists in ``__consumer_offsets`` before the answer
+(fsynced first when the broker runs with ``--fsync``), so members keep their ids, epochs
+and assignments across a broker restart. With ACLs: READ on the group (else
 GROUP_AUTHORIZATION_FAILED) and DESCRIBE on each subscribed topic name (else
 TOPIC_AUTHORIZATION_FAILED).
 """
@@ -19,9 +20,9 @@ from typing import Any
 from headrace.broker.context import RequestContext
 from headrace.broker.groups.assignors import MemberAssignment
 from headrace.broker.groups.consumer_coordinator import Heartbeat
-from headrace.broker.registry import handles
+from headrace.broker.registry import DeferredResponse, handles
 from headrace.protocol.acl_operations import AclOperation, ResourceType
-from headrace.protocol.errors import KafkaProtocolError
+from headrace.protocol.errors import ErrorCode, KafkaProtocolError
 from headrace.protocol.messages import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
@@ -53,21 +54,35 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         server_assignor=request.server_assignor, owned=_owned(request.topic_partitions),
         client_id=ctx.client_id or "", client_host="/" + ctx.peer.rsplit(":", 1)[0],
         api_version=v)
+    # Where the group's state is written: a heartbeat that changed it answers once the
+    # write is durable as a commit is.
+    state_log = ctx.state.offsets.partition_for(request.group_id)
+    state_end = state_log.log_end_offset
     try:
         ctx.require(AclOperation.READ, ResourceType.GROUP, request.group_id)
         for name in request.subscribed_topic_names or ():
             ctx.require(AclOperation.DESCRIBE, ResourceType.TOPIC, name)
         result = ctx.state.consumer_groups.heartbeat(hb)
     except KafkaProtocolError as e:
-        return ConsumerGroupHeartbeatResponse(
-            throttle_time_ms=0, error_code=e.code, error_message=str(e) or None,
-            member_id=None, member_epoch=0, heartbeat_interval_ms=0, assignment=None)
+        return _error(e.code, str(e) or None)
     assignment = None
     if result.assignment is not None:
         assignment = _Assignment(topic_partitions=[
             _TopicPartitions(topic_id=t, partitions=sorted(ps))
             for t, ps in sorted(result.assignment.items())])
-    return ConsumerGroupHeartbeatResponse(
+    response = ConsumerGroupHeartbeatResponse(
         throttle_time_ms=0, error_code=0, error_message=None, member_id=result.member_id,
         member_epoch=result.member_epoch, heartbeat_interval_ms=result.heartbeat_interval_ms,
         assignment=assignment)
+    if state_log.log_end_offset != state_end and state_log.config.flush_on_ack:
+        return DeferredResponse(
+            ctx.state.flusher.request({state_log}),
+            lambda error: response if error is None else _error(
+                ErrorCode.COORDINATOR_NOT_AVAILABLE, None))
+    return response
+
+
+def _error(code: int, message: str | None) -> Any:
+    return ConsumerGroupHeartbeatResponse(
+        throttle_time_ms=0, error_code=code, error_message=message, member_id=None,
+        member_epoch=0, heartbeat_interval_ms=0, assignment=None)

@@ -23,6 +23,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     v = ctx.api_version
     states = {s.lower() for s in request.states_filter} if v >= 4 else set()
     types = {t.lower() for t in request.types_filter} if v >= 5 else set()
+    ctx.state.groups.expire_due()  # states as of now: sessions past their deadline are gone
+    ctx.state.consumer_groups.expire_due()
     rows = [(g.group_id, g.protocol_type or "", g.state.value, "classic")
             for g in ctx.state.groups.groups.values()]
     rows += [(g.group_id, "consumer", g.state.value, "consumer")

@@ -1,5 +1,6 @@
-"""OffsetCommit (key 8), versions 2-9 (v0-1 removed in Kafka 4 by KIP-896: they
-close the connection as in Kafka 4; v10 names topics by id: not served).
+"""OffsetCommit (key 8), versions 2-10 (v0-1 removed in Kafka 4 by KIP-896: they
+close the connection as in Kafka 4; v10 names topics by id, in the request and the
+answer; an id no topic has answers UNKNOWN_TOPIC_ID for each of its partitions).
 
 Commits from group members are fenced like Kafka's: UNKNOWN_MEMBER_ID,
 FENCED_INSTANCE_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS while assignments are
@@ -18,6 +19,8 @@ Not implemented: retention_time_ms (v2-4) expiry.
 
 from __future__ import annotations
 
+import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from kafka.protocol.consumer import OffsetCommitRequest, OffsetCommitResponse
@@ -31,26 +34,48 @@ from headrace.protocol.errors import ErrorCode, KafkaProtocolError
 
 _Topic = OffsetCommitResponse.OffsetCommitResponseTopic
 _Partition = _Topic.OffsetCommitResponsePartition
+_ZERO_ID = uuid.UUID(int=0)
 
 
-@handles(OffsetCommitRequest, OffsetCommitResponse, max_version=9, min_version=2)
+@dataclass(frozen=True)
+class _Named:
+    """A request topic with its name (v10: resolved from its id; "" when unknown)."""
+
+    name: str
+    topic_id: uuid.UUID
+    partitions: Any
+
+
+def _named(ctx: RequestContext, topics: Any) -> list[_Named]:
+    if ctx.api_version < 10:
+        return [_Named(t.name, _ZERO_ID, t.partitions) for t in topics]
+    names = ctx.state.topics_by_id()
+    return [_Named(names.get(t.topic_id, ""), t.topic_id, t.partitions) for t in topics]
+
+
+@handles(OffsetCommitRequest, OffsetCommitResponse, max_version=10, min_version=2)
 async def handle(ctx: RequestContext, request: Any) -> Any:
     state = ctx.state
     v = ctx.api_version
+    topics = _named(ctx, request.topics)
     epoch = request.generation_id_or_member_epoch
     member_id = request.member_id
     try:
         ctx.require(AclOperation.READ, ResourceType.GROUP, request.group_id)
         if not state.consumer_groups.check_offset_commit(request.group_id, member_id, epoch, v,
-                                                         requested(request.topics)):
+                                                         requested(topics)):
             state.groups.check_commit(request.group_id, epoch, member_id,
                                       request.group_instance_id if v >= 7 else None)
         group_code = 0
     except KafkaProtocolError as e:
         group_code = e.code
-    accepted, codes = collect_commits(request.topics, group_code,
+    accepted, codes = collect_commits(topics, group_code,
                                       state.config.offset_metadata_max_bytes, v >= 6,
                                       state.logs, ctx.may_read_topic)
+    for t in topics:
+        if v >= 10 and not t.name:
+            for p in t.partitions:
+                codes[(t.name, p.partition_index)] = group_code or ErrorCode.UNKNOWN_TOPIC_ID
     written = None
     if accepted:
         try:
@@ -62,13 +87,13 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
 
     def build(error: BaseException | None) -> Any:
         return OffsetCommitResponse(throttle_time_ms=0, topics=[
-            _Topic(name=t.name, partitions=[
+            _Topic(name=t.name, topic_id=t.topic_id, partitions=[
                 _Partition(partition_index=p.partition_index,
                            error_code=(ErrorCode.COORDINATOR_NOT_AVAILABLE
                                        if error is not None and codes[(t.name, p.partition_index)] == 0
                                        else codes[(t.name, p.partition_index)]))
                 for p in t.partitions])
-            for t in request.topics])
+            for t in topics])
 
     if written is not None and written.config.flush_on_ack:
         return DeferredResponse(state.flusher.request({written}), build)

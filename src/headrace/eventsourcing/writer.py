@@ -21,6 +21,13 @@ The writer decides on the process's ``PartitionIndex``: each aggregate's version
 command ids produced which versions (idempotent commands: a command id already applied
 returns its first result and writes nothing, even after a crash left its caller without an
 answer). A takeover reads only the tail the index has not seen.
+
+After each commit the writer reads the partition back up to its last record, so its index
+classifies its own records in offset order with everything else (``validity``) and agrees
+with every other reader even if another producer wrote into the partition meanwhile. An
+append whose records that reading does not find to be events (a record from another
+producer took their version first) fails: ``ConcurrencyError`` if none of them counts,
+``StoreError`` naming the offsets if only some do.
 """
 
 from __future__ import annotations
@@ -150,15 +157,21 @@ class PartitionWriter:
             except StoreError as e:  # not acknowledged: outcome unknown, take over again
                 self._producer, last = None, str(e)
                 continue
-            with self._index.lock:
-                for ev in written:
-                    self._index.apply(ev)
+            try:
+                if written:
+                    self._catch_up(min_end=max(ev.offset for ev in written) + 1)
+            except StoreError as e:  # committed, but not read back: outcome unknown
+                self._producer, last = None, str(e)
+                continue
             for pending in batch:
                 outcome = tentative[id(pending)]
                 if isinstance(outcome, Exception):
                     pending.error = outcome
                 else:
-                    pending.result = self._result_of(pending, outcome, written)
+                    try:
+                        pending.result = self._result_of(pending, outcome, written)
+                    except (ConcurrencyError, StoreError) as refused:
+                        pending.error = refused
                 pending.done.set()
             return
         for pending in batch:
@@ -206,6 +219,18 @@ class PartitionWriter:
             return outcome
         mine = [ev for ev in written
                 if (ev.aggregate_id, ev.command_id) == (pending.aggregate_id, pending.command_id)]
+        with self._index.lock:
+            lost = [self._index.quarantined[ev.offset] for ev in mine
+                    if ev.offset in self._index.quarantined]
+            version = self._index.version(pending.aggregate_id)
+        if len(lost) == len(mine):
+            log.warning("append to %s lost to another producer's record: %s",
+                        pending.aggregate_id, lost[0].describe())
+            raise ConcurrencyError(pending.aggregate_id, mine[0].version - 1, version)
+        if lost:
+            raise StoreError(f"append to {pending.aggregate_id!r} counts only in part: "
+                             f"another producer wrote into {self.topic}[{self.partition}] "
+                             f"meanwhile; " + "; ".join(q.describe() for q in lost))
         return AppendResult(pending.aggregate_id, mine[0].version, mine[-1].version,
                             self.partition, tuple(ev.offset for ev in mine), mine[0].recorded_at,
                             duplicate=outcome == "repeat")
@@ -263,7 +288,7 @@ class PartitionWriter:
         self._producer = producer
         return producer
 
-    def _catch_up(self) -> None:
+    def _catch_up(self, min_end: int = 0) -> None:
         if self._reader is None:
             self._reader = self._new_reader()
-        self._index.catch_up(self._reader)
+        self._index.catch_up(self._reader, min_end)

@@ -110,7 +110,7 @@ def test_records_from_another_producer_reach_no_read_model(
         assert rebuild.exception() is None
         row = latest_by_key(bootstrap, f"{topic_name}.balances")["ann"]
         assert (row["balance"], row["version"]) == (ann.balance, ann.version) == (71, 4)
-        observed = [p.observedMetrics.get("quarantined") for p in rebuild.recentProgress]
+        observed = [p.observedMetrics.get(f"quarantined:{topic_name}") for p in rebuild.recentProgress]
         assert sum(m["records"] for m in observed if m) == 1
         # The quarantine read model (here read as a batch) names the record as the store does.
         found = read_quarantine(spark, bootstrap, topic_name, streaming=False).collect()

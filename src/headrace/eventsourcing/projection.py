@@ -22,11 +22,12 @@ aggregate's last version, one long per aggregate), so a record that is not an ev
 second "version 3" from another producer, a skipped version, a foreign record) never
 reaches a read model and every read model agrees with the aggregates the repository
 loads. Each micro-batch reports how many records it quarantined as the observed metric
-``quarantined`` (``StreamingQueryProgress.observedMetrics``); ``read_quarantine`` gives the
-quarantined records themselves, which ``write_projection`` keeps in the compacted topic
-``<topic>.quarantine`` (key ``partition:offset``, value the ``Quarantined`` JSON: topic,
-partition, offset, aggregate id, version, expected version, reason). A projection
-checkpoint from before this step does not restore: rebuild the projection (``rebuild``).
+``quarantined:<topic>`` (``StreamingQueryProgress.observedMetrics``, field ``records``);
+``read_quarantine`` gives the quarantined records themselves, which ``write_projection``
+keeps in the compacted topic ``<topic>.quarantine`` (key ``partition:offset``, value the
+``Quarantined`` JSON: topic, partition, offset, aggregate id, version, expected version,
+reason). A projection checkpoint from before this step does not restore: rebuild the
+projection (``rebuild``).
 """
 
 from __future__ import annotations
@@ -138,15 +139,17 @@ def read_event_log(spark: SparkSession, bootstrap_servers: str, topic: str, *,
     ``event_type``, ``schema_version``, ``command_id``, ``recorded_at`` (timestamp),
     ``data`` (the payload's JSON text), ``partition``, ``offset``. From offset 0,
     committed events only; records that are not events are left out (quarantined, see the
-    module docstring) and counted in the observed metric ``quarantined``. The topic must
-    exist (its partition count is part of the rule). Needs ``headrace.spark.register``.
+    module docstring) and counted in the observed metric ``quarantined:<topic>``. The
+    topic must exist (its partition count is part of the rule), and the rule needs every
+    record from offset 0: do not pass a later ``startingOffsets``. Needs
+    ``headrace.spark.register``.
 
     ``output_mode`` is the stateful step's (Spark's rule for ``applyInPandasWithState``):
     ``"append"`` for a projection that aggregates the events (``write_projection`` writes
     it in update mode), ``"update"`` for one that maps them without aggregating."""
     rows = _classified(spark, bootstrap_servers, topic, streaming, output_mode, options)
     if streaming:
-        rows = rows.observe("quarantined", F.count("quarantine").alias("records"))
+        rows = rows.observe(f"quarantined:{topic}", F.count("quarantine").alias("records"))
     return rows.where(F.col("quarantine").isNull()).select(
         "aggregate_id", "aggregate_type", "version", "event_type", "schema_version",
         "command_id", F.timestamp_millis("time").alias("recorded_at"), "data", "partition",

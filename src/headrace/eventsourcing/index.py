@@ -145,14 +145,20 @@ class PartitionIndex:
 
     def _classify_all(self, batch: list[tuple[int, bytes | None, bytes | None]]) -> None:
         with self.lock:
-            for offset, key, value in batch:
-                if offset < self.position:
-                    continue
-                found = classify(self.topic, self.partitions, key, value, self.partition,
-                                 offset, self.version)
-                if isinstance(found, Quarantined):
-                    self.quarantined[offset] = found
-                    self.position = offset + 1
-                    log.warning("%s", found.describe())
-                else:
-                    self.apply(found)
+            self.classify_locked(batch)
+
+    def classify_locked(self, batch: list[tuple[int, bytes | None, bytes | None]]) -> None:
+        """Classify records ``(offset, key, value)`` in offset order and fold the events in;
+        offsets below ``position`` are skipped. The caller holds ``lock`` and vouches that
+        no record lies between ``position`` and the batch's first offset."""
+        for offset, key, value in batch:
+            if offset < self.position:
+                continue
+            found = classify(self.topic, self.partitions, key, value, self.partition,
+                             offset, self.version)
+            if isinstance(found, Quarantined):
+                self.quarantined[offset] = found
+                self.position = offset + 1
+                log.warning("%s", found.describe())
+            else:
+                self.apply(found)

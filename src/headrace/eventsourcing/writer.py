@@ -22,12 +22,15 @@ command ids produced which versions (idempotent commands: a command id already a
 returns its first result and writes nothing, even after a crash left its caller without an
 answer). A takeover reads only the tail the index has not seen.
 
-After each commit the writer reads the partition back up to its last record, so its index
-classifies its own records in offset order with everything else (``validity``) and agrees
-with every other reader even if another producer wrote into the partition meanwhile. An
-append whose records that reading does not find to be events (a record from another
-producer took their version first) fails: ``ConcurrencyError`` if none of them counts,
-``StoreError`` naming the offsets if only some do.
+The index classifies the writer's own records in offset order with everything else
+(``validity``), so it agrees with every other reader even if another producer wrote into
+the partition meanwhile. When the committed records are contiguous and follow directly
+what the index has read (nothing but this writer's previous commit marker can lie between:
+the steady state of one writer), they are classified as written; otherwise the writer reads
+the partition back up to its last record first. An append whose records are then not
+events (a record from another producer took their version first) fails:
+``ConcurrencyError`` if none of them counts, ``StoreError`` naming the offsets if only
+some do.
 """
 
 from __future__ import annotations
@@ -91,6 +94,7 @@ class PartitionWriter:
         self._lock = threading.Lock()
         self._queue: list[PendingAppend] = []
         self._queue_lock = threading.Lock()
+        self._marker = -1  # where the last commit's marker lies, if at the index's position
         self.takeovers = 0
 
     def append(self, pending: PendingAppend) -> AppendResult:
@@ -158,11 +162,15 @@ class PartitionWriter:
                 self._producer, last = None, str(e)
                 continue
             try:
-                if written:
-                    self._catch_up(min_end=max(ev.offset for ev in written) + 1)
+                if written and not self._classify_own(written):
+                    self._catch_up(min_end=written[-1].offset + 1)
             except StoreError as e:  # committed, but not read back: outcome unknown
                 self._producer, last = None, str(e)
                 continue
+            with self._index.lock:  # this commit's marker is owed at ``position``, if next
+                self._marker = (self._index.position
+                                if written and self._index.position == written[-1].offset + 1
+                                else -1)
             for pending in batch:
                 outcome = tentative[id(pending)]
                 if isinstance(outcome, Exception):
@@ -212,6 +220,22 @@ class PartitionWriter:
             commands.add(key)
             outcomes[id(p)] = "write"
         return writes, outcomes
+
+    def _classify_own(self, written: list[StoredEvent]) -> bool:
+        """Classify this writer's just-committed records without reading them, if nothing
+        else can lie before or among them: their offsets are consecutive and the first is
+        the index's ``position``, or the one after it when that offset holds this writer's
+        previous commit marker (a transaction marker takes one offset). False: read back."""
+        first = written[0].offset
+        if [ev.offset for ev in written] != list(range(first, first + len(written))):
+            return False  # another producer's records interleaved with this transaction's
+        with self._index.lock:
+            position = self._index.position
+            if first != position and not (position == self._marker and first == position + 1):
+                return False
+            self._index.classify_locked([(ev.offset, ev.aggregate_id.encode(), ev.envelope())
+                                         for ev in written])
+        return True
 
     def _result_of(self, pending: PendingAppend, outcome: AppendResult | str,
                    written: list[StoredEvent]) -> AppendResult:
@@ -284,6 +308,7 @@ class PartitionWriter:
             raise StoreError(f"cannot become the writer of {self.topic}[{self.partition}]: "
                              f"{e.args[0].str()}") from e
         self.takeovers += 1
+        self._marker = -1
         self._catch_up()
         self._producer = producer
         return producer

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from headrace.eventsourcing import (
@@ -13,7 +15,9 @@ from headrace.eventsourcing import (
     EventStore,
     EventTypeError,
     Repository,
+    StoredEvent,
     StoreError,
+    Subscription,
 )
 from headrace.pipelines.bank.domain import (
     Account,
@@ -147,3 +151,66 @@ def test_two_stores_on_one_topic_take_turns(store: EventStore, any_broker: AnyBr
     events = by_aggregate(log_events(any_broker.bootstrap_servers, store.topic))["acc-5"]
     assert [e.version for e in events] == list(range(1, 13))
     assert fold(events).balance == 0
+
+
+def forge(store: EventStore, aggregate_id: str, version: int, amount: int,
+          partition: int | None = None) -> int:
+    """Write a deposit of ``version`` with a plain producer, as a writer other than the
+    store would; its offset."""
+    envelope = StoredEvent(aggregate_id, "Account", version, "MoneyDeposited", 2,
+                           {"amount": amount, "reference": "forged"}, f"forged-{version}",
+                           int(time.time() * 1000)).envelope()
+    offsets: list[int] = []
+    producer = Producer({"bootstrap.servers": store.config["bootstrap.servers"]})
+    producer.produce(store.topic, key=aggregate_id.encode(), value=envelope,
+                     partition=store.partition_of(aggregate_id) if partition is None
+                     else partition, on_delivery=lambda _e, m: offsets.append(m.offset() or 0))
+    assert producer.flush(scaled(10)) == 0 and offsets
+    return offsets[0]
+
+
+def test_records_from_another_producer_are_quarantined_on_every_read_path(
+        store: EventStore, accounts: Repository[Account]) -> None:
+    for decide in (lambda a: a.open("ann"), lambda a: a.deposit(100), lambda a: a.withdraw(30)):
+        accounts.execute("acc-q", decide)
+    home = store.partition_of("acc-q")
+    elsewhere = (home + 1) % store.partitions
+    dup = forge(store, "acc-q", 3, 5_000)  # a second "version 3"
+    gap = forge(store, "acc-q", 9, 7_000)  # skips versions 4..8
+    astray = forge(store, "acc-q", 4, 9_000, partition=elsewhere)  # the right version, elsewhere
+    acc = accounts.load("acc-q")
+    assert (acc.version, acc.balance) == (3, 70)
+    acc, _ = accounts.execute("acc-q", lambda a: a.deposit(1))  # the store goes on at 4
+    assert (acc.version, acc.balance) == (4, 71)
+    with EventStore(store.config["bootstrap.servers"], store.topic, bank_events,
+                    timeout=scaled(30)) as cold:  # another process, reading from offset 0
+        assert vars(Repository(cold, Account).load("acc-q")) == vars(accounts.load("acc-q"))
+        with Subscription(cold, f"sub-{store.topic}") as sub:
+            seen: list[tuple[str, int]] = []
+            deadline = time.monotonic() + scaled(20)
+            while len(seen) < 4 and time.monotonic() < deadline:
+                seen += [(e.aggregate_id, e.version) for e, _ev in sub.poll(0.5)]
+            assert seen == [("acc-q", v) for v in (1, 2, 3, 4)]
+            assert sub.poll(0.5) == []
+            assert sorted((q.partition, q.offset) for q in sub.quarantined) == sorted(
+                [(home, dup), (home, gap), (elsewhere, astray)]) and sub.skipped == 3
+    assert fold(store.read("acc-q")).balance == 71
+    # ... and says so: each quarantined record with its coordinates.
+    assert [(q.partition, q.offset, q.version, q.expected) for q in store.quarantined()] == [
+        (home, dup, 3, 4), (home, gap, 9, 4)]
+    assert store.quarantined()[0].describe().startswith(
+        f"aggregate 'acc-q' at {store.topic}[{home}] offset {dup} is quarantined")
+
+
+def test_an_append_that_a_foreign_record_overtook_is_refused(store: EventStore,
+                                                             any_broker: AnyBroker) -> None:
+    store.append("acc-r", [Opened("ann"), Deposited(100)], expected_version=0,
+                 aggregate_type="Account")
+    forge(store, "acc-r", 3, 50)  # the right next version from another producer: an event
+    with pytest.raises(ConcurrencyError, match="expected version 2, but it is at version 3"):
+        store.append("acc-r", [Withdrawn(100)], expected_version=2)
+    here = Repository(store, Account).load("acc-r")
+    with EventStore(any_broker.bootstrap_servers, store.topic, bank_events,
+                    timeout=scaled(30)) as cold:
+        there = Repository(cold, Account).load("acc-r")
+    assert vars(here) == vars(there) and (here.version, here.balance) == (3, 150)

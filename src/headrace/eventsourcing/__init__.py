@@ -9,6 +9,8 @@
 - ``store`` / ``writer``: the event and snapshot topics; **expected-version appends on any
   Kafka-protocol broker** through one fenced transactional writer per partition (the
   reasoning is in ``writer``'s docstring).
+- ``validity``: which records of the topic are events; the rule every reader applies, so
+  a record another producer wrote is quarantined (skipped and reported) alike everywhere.
 - ``subscription``: all events in order per aggregate, catch-up then live, checkpointed.
 - ``projection``: CQRS read models as Spark Structured Streaming queries over the events.
 """
@@ -26,9 +28,10 @@ from headrace.eventsourcing.index import AppendResult
 from headrace.eventsourcing.repository import Repository
 from headrace.eventsourcing.store import EventStore, Snapshot
 from headrace.eventsourcing.subscription import Subscription
+from headrace.eventsourcing.validity import Quarantined
 
 __all__ = [
     "Aggregate", "AggregateNotFound", "AppendResult", "ConcurrencyError", "EventSourcingError",
-    "EventStore", "EventTypeError", "EventTypes", "Repository", "Snapshot", "StoreError",
-    "StoredEvent", "Subscription",
+    "EventStore", "EventTypeError", "EventTypes", "Quarantined", "Repository", "Snapshot",
+    "StoreError", "StoredEvent", "Subscription",
 ]

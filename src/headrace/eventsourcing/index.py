@@ -7,6 +7,11 @@ folds in its own commits directly. It is what lets a load read only the aggregat
 (first to last offset, or from its snapshot) instead of the whole partition, answer "no
 such aggregate" without reading at all, and what the expected-version check and command-id
 idempotence are decided on. Memory: about 200 bytes per aggregate and per command id.
+
+Every record is classified in offset order by ``validity.classify`` (the rule all readers
+share): only events are folded in; quarantined records are kept in ``quarantined`` (by
+offset) and logged once at WARNING, so loads, the writer and subscriptions skip exactly
+the records every other reader skips.
 """
 
 from __future__ import annotations
@@ -16,9 +21,9 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from headrace.eventsourcing.errors import EventTypeError
-from headrace.eventsourcing.events import StoredEvent, decode_envelope
+from headrace.eventsourcing.events import StoredEvent
 from headrace.eventsourcing.reading import LogReader
+from headrace.eventsourcing.validity import Quarantined, classify
 
 log = logging.getLogger("headrace.eventsourcing")
 
@@ -49,8 +54,9 @@ class Span:
 
 @dataclass
 class PartitionIndex:
-    """The index of ``topic``/``partition`` up to ``position`` (the next offset to read).
-    Mutate and read under ``lock``; ``catch_up`` takes it itself.
+    """The index of ``topic``/``partition`` (of ``partitions``) up to ``position`` (the
+    next offset to read): every offset below it has been classified. Mutate and read under
+    ``lock``; ``catch_up`` takes it itself.
 
     It also caches the events of recently used aggregates (``cache_limit`` events in all,
     least recently used aggregates evicted whole), kept complete from each one's first
@@ -59,11 +65,13 @@ class PartitionIndex:
 
     topic: str
     partition: int
+    partitions: int
     cache_limit: int = 100_000
     spans: dict[str, Span] = field(default_factory=dict)
     cache: OrderedDict[str, list[StoredEvent]] = field(default_factory=OrderedDict)
     cached_events: int = 0
     commands: dict[tuple[str, str], AppendResult] = field(default_factory=dict)
+    quarantined: dict[int, Quarantined] = field(default_factory=dict)
     last_time: int = 0
     position: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -74,7 +82,7 @@ class PartitionIndex:
         return 0 if span is None else span.version
 
     def apply(self, ev: StoredEvent) -> None:
-        """Fold one committed event in; idempotent (a re-read changes nothing)."""
+        """Fold in one record that ``classify`` found to be the aggregate's next event."""
         span = self.spans.get(ev.aggregate_id)
         if span is None:
             self.spans[ev.aggregate_id] = Span(ev.version, ev.offset, ev.offset)
@@ -120,27 +128,37 @@ class PartitionIndex:
             _, dropped = self.cache.popitem(last=False)
             self.cached_events -= len(dropped)
 
-    def catch_up(self, reader: LogReader) -> None:
-        """Read what the partition gained since ``position``, up to its end; at least up to
-        ``position`` itself (this process's own commits must be readable before a load reads
-        them). A record that is not an event is logged and skipped."""
+    def catch_up(self, reader: LogReader, min_end: int = 0) -> None:
+        """Read and classify what the partition gained since ``position``, up to its end;
+        at least up to ``position`` itself and to ``min_end`` (a commit that must be
+        readable before the caller goes on)."""
         with self._reading:
             start = self.position
-            batch: list[StoredEvent] = []
-            for m in reader.scan(self.topic, self.partition, start, min_end=start):
-                offset = m.offset() or 0
-                try:
-                    batch.append(decode_envelope(m.value(), self.partition, offset))
-                except EventTypeError as e:
-                    log.warning("%s", e)
-                    with self.lock:
-                        self.position = max(self.position, offset + 1)
+            batch: list[tuple[int, bytes | None, bytes | None]] = []
+            for m in reader.scan(self.topic, self.partition, start,
+                                 min_end=max(start, min_end)):
+                batch.append((m.offset() or 0, m.key(), m.value()))
                 if len(batch) >= 500:
-                    self._apply_all(batch)
+                    self._classify_all(batch)
                     batch = []
-            self._apply_all(batch)
+            self._classify_all(batch)
 
-    def _apply_all(self, batch: list[StoredEvent]) -> None:
+    def _classify_all(self, batch: list[tuple[int, bytes | None, bytes | None]]) -> None:
         with self.lock:
-            for ev in batch:
-                self.apply(ev)
+            self.classify_locked(batch)
+
+    def classify_locked(self, batch: list[tuple[int, bytes | None, bytes | None]]) -> None:
+        """Classify records ``(offset, key, value)`` in offset order and fold the events in;
+        offsets below ``position`` are skipped. The caller holds ``lock`` and vouches that
+        no record lies between ``position`` and the batch's first offset."""
+        for offset, key, value in batch:
+            if offset < self.position:
+                continue
+            found = classify(self.topic, self.partitions, key, value, self.partition,
+                             offset, self.version)
+            if isinstance(found, Quarantined):
+                self.quarantined[offset] = found
+                self.position = offset + 1
+                log.warning("%s", found.describe())
+            else:
+                self.apply(found)

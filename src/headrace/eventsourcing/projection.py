@@ -14,46 +14,158 @@ change a projection's logic: rebuild into a new topic, switch readers, drop the 
 Payloads are the stored JSON (``data``), at the schema version each event was written
 with (``schema_version``): a projection that reads a field whose shape changed handles the
 versions itself (upcasters run in Python, not here).
+
+**Quarantine.** ``read_event_log`` applies the store's rule of what is an event
+(``validity.classify``, the same Python function the repository's loads and the
+subscriptions use) in a stateful step per aggregate (``applyInPandasWithState``: the
+aggregate's last version, one long per aggregate), so a record that is not an event (a
+second "version 3" from another producer, a skipped version, a foreign record) never
+reaches a read model and every read model agrees with the aggregates the repository
+loads. Each micro-batch reports how many records it quarantined as the observed metric
+``quarantined:<topic>`` (``StreamingQueryProgress.observedMetrics``, field ``records``);
+``read_quarantine`` gives the quarantined records themselves, which ``write_projection``
+keeps in the compacted topic ``<topic>.quarantine`` (key ``partition:offset``, value the
+``Quarantined`` JSON: topic, partition, offset, aggregate id, version, expected version,
+reason). A projection checkpoint from before this step does not restore: rebuild the
+projection (``rebuild``).
 """
 
 from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
+import pandas as pd
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
+from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
 from headrace.eventsourcing.errors import StoreError
+from headrace.eventsourcing.validity import Quarantined, classify
 from headrace.spark.sink import QUERY_ID_PROPERTY
 
-ENVELOPE_DDL = ("id STRING, aggregate STRING, version BIGINT, type STRING, schema INT, "
-                "command STRING, time BIGINT, data STRING")
+# The stateful step's output: an event's columns, or for a quarantined record its
+# coordinates and ``quarantine`` (the ``Quarantined`` JSON; null for an event).
+CLASSIFIED_DDL = ("aggregate_id string, aggregate_type string, version long, "
+                  "event_type string, schema_version int, command_id string, time long, "
+                  "data string, partition int, offset long, quarantine string")
+# Its state per record key: the aggregate's last version. ``layout`` versions this format.
+STATE_DDL = "layout int, version long"
+STATE_LAYOUT = 1
+_COLUMNS = [c.split()[0] for c in CLASSIFIED_DDL.split(", ")]
 
 
-def read_event_log(spark: SparkSession, bootstrap_servers: str, topic: str, *,
-                   streaming: bool = True, **options: str) -> DataFrame:
-    """The events of ``topic`` as rows: ``aggregate_id``, ``aggregate_type``, ``version``,
-    ``event_type``, ``schema_version``, ``command_id``, ``recorded_at`` (timestamp),
-    ``data`` (the payload's JSON text), ``partition``, ``offset``. From offset 0,
-    committed events only. Needs ``headrace.spark.register(spark)``."""
+def _classify_frame(topic: str, partitions: int, frame: pd.DataFrame, last: int
+                    ) -> tuple[pd.DataFrame, int]:
+    """Classify one key's records (``key``, ``value``, ``partition``, ``offset``) in
+    offset order, from the aggregate's last version ``last``; returns the rows and the
+    new last version."""
+    rows: list[tuple[Any, ...]] = []
+    frame = frame.sort_values(["partition", "offset"])
+
+    def last_version(_aggregate_id: str) -> int:
+        return last  # the key's records: one aggregate (a record naming another is foreign)
+
+    for key, value, partition, offset in zip(frame["key"], frame["value"],
+                                             frame["partition"], frame["offset"], strict=True):
+        found = classify(topic, partitions, None if key is None else bytes(key),
+                         None if value is None else bytes(value), int(partition), int(offset),
+                         last_version)
+        if isinstance(found, Quarantined):
+            rows.append((found.aggregate_id, None, found.version, None, None, None, None, None,
+                         found.partition, found.offset, found.to_json()))
+            continue
+        last = found.version
+        rows.append((found.aggregate_id, found.aggregate_type, found.version, found.type,
+                     found.schema, found.command_id, found.recorded_at,
+                     json.dumps(found.data, separators=(",", ":")), found.partition,
+                     found.offset, None))
+    return pd.DataFrame.from_records(rows, columns=_COLUMNS), last
+
+
+def _partition_count(bootstrap_servers: str, topic: str, options: dict[str, str]) -> int:
+    config = {k[len("kafka."):]: v for k, v in options.items()
+              if k.startswith("kafka.") and k != "kafka.bootstrap.servers"}
+    admin = AdminClient({**config, "bootstrap.servers": bootstrap_servers, "log_level": 4})
+    try:
+        found = admin.list_topics(topic, timeout=30).topics.get(topic)
+    except KafkaException as e:
+        raise StoreError(f"cannot describe {topic}: {e.args[0].str()}") from e
+    if found is None or found.error is not None or not found.partitions:
+        raise StoreError(f"event topic {topic} does not exist (start its EventStore first)")
+    return len(found.partitions)
+
+
+def _classified(spark: SparkSession, bootstrap_servers: str, topic: str, streaming: bool,
+                output_mode: str, options: dict[str, str]) -> DataFrame:
+    partitions = _partition_count(bootstrap_servers, topic, options)
     reader = spark.readStream if streaming else spark.read
     fmt = (reader.format("headrace").option("kafka.bootstrap.servers", bootstrap_servers)
            .option("subscribe", topic).option("startingOffsets", "earliest")
            .option("isolation.level", "read_committed"))
     for name, value in options.items():
         fmt = fmt.option(name, value)
-    env = F.from_json(F.col("value").cast("string"), ENVELOPE_DDL).alias("e")
-    return fmt.load().select(env, "partition", "offset").select(
-        F.col("e.id").alias("aggregate_id"), F.col("e.aggregate").alias("aggregate_type"),
-        F.col("e.version").alias("version"), F.col("e.type").alias("event_type"),
-        F.col("e.schema").alias("schema_version"), F.col("e.command").alias("command_id"),
-        F.timestamp_millis(F.col("e.time")).alias("recorded_at"), F.col("e.data").alias("data"),
-        "partition", "offset")
+    records = fmt.load().select("key", "value", "partition", "offset").groupBy("key")
+
+    def stateful(_key: tuple[Any, ...], frames: Iterator[pd.DataFrame], state: GroupState
+                 ) -> Iterator[pd.DataFrame]:
+        if state.exists and int(state.get[0]) != STATE_LAYOUT:
+            raise StoreError(f"{topic}: projection state of layout {state.get[0]}, this code "
+                             f"reads layout {STATE_LAYOUT}: rebuild the projection")
+        last = int(state.get[1]) if state.exists else 0
+        # One key's records of a micro-batch may come in several frames, in any order.
+        out, last = _classify_frame(topic, partitions, pd.concat(list(frames)), last)
+        state.update((STATE_LAYOUT, last))
+        yield out
+
+    def whole(frame: pd.DataFrame) -> pd.DataFrame:
+        return _classify_frame(topic, partitions, frame, 0)[0]
+
+    if streaming:
+        return records.applyInPandasWithState(stateful, CLASSIFIED_DDL, STATE_DDL,
+                                              output_mode, GroupStateTimeout.NoTimeout)
+    return records.applyInPandas(whole, CLASSIFIED_DDL)
+
+
+def read_event_log(spark: SparkSession, bootstrap_servers: str, topic: str, *,
+                   streaming: bool = True, output_mode: str = "append",
+                   **options: str) -> DataFrame:
+    """The events of ``topic`` as rows: ``aggregate_id``, ``aggregate_type``, ``version``,
+    ``event_type``, ``schema_version``, ``command_id``, ``recorded_at`` (timestamp),
+    ``data`` (the payload's JSON text), ``partition``, ``offset``. From offset 0,
+    committed events only; records that are not events are left out (quarantined, see the
+    module docstring) and counted in the observed metric ``quarantined:<topic>``. The
+    topic must exist (its partition count is part of the rule), and the rule needs every
+    record from offset 0: do not pass a later ``startingOffsets``. Needs
+    ``headrace.spark.register``.
+
+    ``output_mode`` is the stateful step's (Spark's rule for ``applyInPandasWithState``):
+    ``"append"`` for a projection that aggregates the events (``write_projection`` writes
+    it in update mode), ``"update"`` for one that maps them without aggregating."""
+    rows = _classified(spark, bootstrap_servers, topic, streaming, output_mode, options)
+    if streaming:
+        rows = rows.observe(f"quarantined:{topic}", F.count("quarantine").alias("records"))
+    return rows.where(F.col("quarantine").isNull()).select(
+        "aggregate_id", "aggregate_type", "version", "event_type", "schema_version",
+        "command_id", F.timestamp_millis("time").alias("recorded_at"), "data", "partition",
+        "offset")
+
+
+def read_quarantine(spark: SparkSession, bootstrap_servers: str, topic: str, *,
+                    streaming: bool = True, **options: str) -> DataFrame:
+    """The records of ``topic`` that are not events, by the rule ``read_event_log``
+    applies, as ``key`` (``partition:offset``) and ``value`` (the ``Quarantined`` JSON):
+    ready for ``write_projection`` into ``<topic>.quarantine``."""
+    rows = _classified(spark, bootstrap_servers, topic, streaming, "update", options)
+    return rows.where(F.col("quarantine").isNotNull()).select(
+        F.concat_ws(":", F.col("partition").cast("string"),
+                    F.col("offset").cast("string")).alias("key"),
+        F.col("quarantine").alias("value"))
 
 
 def ensure_compacted(bootstrap_servers: str, topic: str, partitions: int = 1) -> None:

@@ -129,6 +129,8 @@ class Repository(Generic[A]):
 
     def _fold(self, agg: A, events: list[StoredEvent]) -> None:
         for ev in events:
+            # The store hands out events only (``validity`` quarantines the rest), so this
+            # fails only if the store itself broke its contract.
             if ev.version != agg.version + 1:
                 raise StoreError(f"{self.cls.type_name()} {agg.id!r}: version {ev.version} "
                                  f"follows {agg.version} in {self.store.topic}[{ev.partition}] "

@@ -11,6 +11,11 @@ Layout on any Kafka-protocol broker (created if missing, checked if present):
 
 Appends go through the partition's ``PartitionWriter`` (see ``writer``: one fenced writer per
 partition across all processes, expected-version checks, idempotent command ids).
+
+Records of the event topic that are not events (written by another producer: a second
+"version 3", a version that skips ahead, ...) are quarantined by the rule in ``validity``,
+the same for loads, appends, subscriptions and the Spark projections: skipped, logged and
+listed by ``quarantined``.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from headrace.eventsourcing.errors import EventSourcingError, StoreError
 from headrace.eventsourcing.events import EventTypes, StoredEvent, decode_envelope
 from headrace.eventsourcing.index import AppendResult, PartitionIndex
 from headrace.eventsourcing.reading import LogReader
+from headrace.eventsourcing.validity import Quarantined
 from headrace.eventsourcing.writer import PartitionWriter, PendingAppend
 from headrace.protocol.partitioner import java_partition
 
@@ -176,6 +182,7 @@ class EventStore:
         index = self._indexes.get(partition)
         if index is None:
             index = self._indexes[partition] = PartitionIndex(self.topic, partition,
+                                                              self.partitions,
                                                               self.cache_events)
         return index
 
@@ -215,20 +222,48 @@ class EventStore:
             stop = version if to_version is None else min(version, to_version)
             if cached is None:
                 if from_offset <= first or after_version == 0:
-                    cached = self._scan(r, aggregate_id, partition, first, last, version)
+                    cached = self._scan(r, index, aggregate_id, first, last, version)
                     with index.lock:
                         index.remember(aggregate_id, cached)
                 else:  # a snapshot's tail: read only that
-                    cached = self._scan(r, aggregate_id, partition, from_offset, last, version)
+                    cached = self._scan(r, index, aggregate_id, from_offset, last, version)
         return [ev for ev in cached if after_version < ev.version <= stop
                 and (until_time is None or ev.recorded_at <= until_time)]
 
-    def _scan(self, r: LogReader, aggregate_id: str, partition: int, start: int, last: int,
-              version: int) -> list[StoredEvent]:
+    def quarantined(self, partition: int | None = None, until: int | None = None
+                    ) -> list[Quarantined]:
+        """The records of the event topic this store found not to be events (``validity``),
+        in (partition, offset) order: of the partitions it has read so far, or of
+        ``partition``, read up to at least offset ``until`` first (one fetch at most when
+        the store has read that far). Never raises for a quarantined record: it is a
+        report, every read path already skips it."""
+        if partition is not None:
+            with self._lock:
+                index = self._index_locked(partition)
+            if until is not None and index.position <= until:
+                with self.reader() as r:
+                    index.catch_up(r, min_end=until + 1)
+            indexes = [index]
+        else:
+            with self._lock:
+                indexes = list(self._indexes.values())
+        found: list[Quarantined] = []
+        for ix in indexes:
+            with ix.lock:
+                found += ix.quarantined.values()
+        return sorted(found, key=lambda q: (q.partition, q.offset))
+
+    def _scan(self, r: LogReader, index: PartitionIndex, aggregate_id: str, start: int,
+              last: int, version: int) -> list[StoredEvent]:
+        """The aggregate's events at offsets ``start..last``; the index has classified them
+        all (it is past ``last``), so a quarantined record is simply not read as one."""
         key = aggregate_id.encode()
+        partition = index.partition
         found: list[StoredEvent] = []
+        with index.lock:
+            skip = {o for o in index.quarantined if start <= o <= last}
         for m in r.scan(self.topic, partition, start, last + 1, min_end=last + 1):
-            if m.key() != key:
+            if m.key() != key or (m.offset() or 0) in skip:
                 continue
             ev = decode_envelope(m.value(), partition, m.offset() or 0)
             if ev.aggregate_id == aggregate_id and ev.version <= version:

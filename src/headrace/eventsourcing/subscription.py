@@ -7,6 +7,11 @@ of one aggregate come in version order (they share a partition); across aggregat
 one order per partition, as in Kafka. Several processes in one group share the partitions.
 Delivery is at-least-once between checkpoints: a handler that stores the aggregate version
 it last saw is exactly-once.
+
+A record that is not an event (``validity``: a duplicate or skipped version, a foreign
+record) is never delivered: the subscription asks its store, whose index classifies every
+record of the partition in order (so it reads each partition once more, from the store's
+position), and counts what it skips in ``skipped`` and ``quarantined``.
 """
 
 from __future__ import annotations
@@ -17,9 +22,10 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException
 
-from headrace.eventsourcing.errors import EventTypeError, StoreError
+from headrace.eventsourcing.errors import StoreError
 from headrace.eventsourcing.events import StoredEvent, decode_envelope
 from headrace.eventsourcing.store import EventStore
+from headrace.eventsourcing.validity import Quarantined
 
 Handler = Callable[[StoredEvent, Any], None]
 
@@ -31,6 +37,7 @@ class Subscription:
         self.store = store
         self.name = name
         self.skipped = 0
+        self.quarantined: list[Quarantined] = []
         self._consumer = Consumer({
             **store.config, "group.id": name, "enable.auto.commit": False,
             "isolation.level": "read_committed", "auto.offset.reset": "earliest",
@@ -39,7 +46,10 @@ class Subscription:
 
     def poll(self, timeout: float = 1.0, max_events: int = 500) -> list[tuple[StoredEvent, Any]]:
         """The next events (stored form and decoded instance), waiting up to ``timeout`` s
-        for the first. A record that is not an event is skipped (counted in ``skipped``)."""
+        for the first. A record that is not an event (``validity``) is skipped: counted in
+        ``skipped`` and kept in ``quarantined``. Raises ``EventTypeError`` for an event
+        this code cannot decode (unknown type, missing upcaster), ``StoreError`` if the
+        log cannot be read."""
         try:
             first = self._consumer.poll(timeout)
             if first is None:
@@ -47,7 +57,7 @@ class Subscription:
             messages = [first, *self._consumer.consume(max_events - 1, 0)]
         except KafkaException as e:
             raise StoreError(f"subscription {self.name}: {e.args[0].str()}") from e
-        out: list[tuple[StoredEvent, Any]] = []
+        records = []
         for m in messages:
             err = m.error()
             if err is not None:
@@ -55,11 +65,22 @@ class Subscription:
                                    and err.code() != KafkaError._PARTITION_EOF):
                     raise StoreError(f"subscription {self.name}: {err.str()}")
                 continue
-            try:
-                stored = decode_envelope(m.value(), m.partition() or 0, m.offset() or 0)
-                out.append((stored, self.store.types.decode(stored)))
-            except EventTypeError:
+            records.append(m)
+        ends: dict[int, int] = {}
+        for m in records:
+            ends[m.partition() or 0] = max(ends.get(m.partition() or 0, 0), m.offset() or 0)
+        quarantined = {(q.partition, q.offset): q for p, end in ends.items()
+                       for q in self.store.quarantined(p, until=end)}
+        out: list[tuple[StoredEvent, Any]] = []
+        for m in records:
+            partition, offset = m.partition() or 0, m.offset() or 0
+            bad = quarantined.get((partition, offset))
+            if bad is not None:
                 self.skipped += 1
+                self.quarantined.append(bad)
+                continue
+            stored = decode_envelope(m.value(), partition, offset)
+            out.append((stored, self.store.types.decode(stored)))
         return out
 
     def checkpoint(self) -> None:

@@ -21,6 +21,16 @@ The writer decides on the process's ``PartitionIndex``: each aggregate's version
 command ids produced which versions (idempotent commands: a command id already applied
 returns its first result and writes nothing, even after a crash left its caller without an
 answer). A takeover reads only the tail the index has not seen.
+
+The index classifies the writer's own records in offset order with everything else
+(``validity``), so it agrees with every other reader even if another producer wrote into
+the partition meanwhile. When the committed records are contiguous and follow directly
+what the index has read (nothing but this writer's previous commit marker can lie between:
+the steady state of one writer), they are classified as written; otherwise the writer reads
+the partition back up to its last record first. An append whose records are then not
+events (a record from another producer took their version first) fails:
+``ConcurrencyError`` if none of them counts, ``StoreError`` naming the offsets if only
+some do.
 """
 
 from __future__ import annotations
@@ -84,6 +94,7 @@ class PartitionWriter:
         self._lock = threading.Lock()
         self._queue: list[PendingAppend] = []
         self._queue_lock = threading.Lock()
+        self._marker = -1  # where the last commit's marker lies, if at the index's position
         self.takeovers = 0
 
     def append(self, pending: PendingAppend) -> AppendResult:
@@ -150,15 +161,25 @@ class PartitionWriter:
             except StoreError as e:  # not acknowledged: outcome unknown, take over again
                 self._producer, last = None, str(e)
                 continue
-            with self._index.lock:
-                for ev in written:
-                    self._index.apply(ev)
+            try:
+                if written and not self._classify_own(written):
+                    self._catch_up(min_end=written[-1].offset + 1)
+            except StoreError as e:  # committed, but not read back: outcome unknown
+                self._producer, last = None, str(e)
+                continue
+            with self._index.lock:  # this commit's marker is owed at ``position``, if next
+                self._marker = (self._index.position
+                                if written and self._index.position == written[-1].offset + 1
+                                else -1)
             for pending in batch:
                 outcome = tentative[id(pending)]
                 if isinstance(outcome, Exception):
                     pending.error = outcome
                 else:
-                    pending.result = self._result_of(pending, outcome, written)
+                    try:
+                        pending.result = self._result_of(pending, outcome, written)
+                    except (ConcurrencyError, StoreError) as refused:
+                        pending.error = refused
                 pending.done.set()
             return
         for pending in batch:
@@ -200,12 +221,40 @@ class PartitionWriter:
             outcomes[id(p)] = "write"
         return writes, outcomes
 
+    def _classify_own(self, written: list[StoredEvent]) -> bool:
+        """Classify this writer's just-committed records without reading them, if nothing
+        else can lie before or among them: their offsets are consecutive and the first is
+        the index's ``position``, or the one after it when that offset holds this writer's
+        previous commit marker (a transaction marker takes one offset). False: read back."""
+        first = written[0].offset
+        if [ev.offset for ev in written] != list(range(first, first + len(written))):
+            return False  # another producer's records interleaved with this transaction's
+        with self._index.lock:
+            position = self._index.position
+            if first != position and not (position == self._marker and first == position + 1):
+                return False
+            self._index.classify_locked([(ev.offset, ev.aggregate_id.encode(), ev.envelope())
+                                         for ev in written])
+        return True
+
     def _result_of(self, pending: PendingAppend, outcome: AppendResult | str,
                    written: list[StoredEvent]) -> AppendResult:
         if isinstance(outcome, AppendResult):
             return outcome
         mine = [ev for ev in written
                 if (ev.aggregate_id, ev.command_id) == (pending.aggregate_id, pending.command_id)]
+        with self._index.lock:
+            lost = [self._index.quarantined[ev.offset] for ev in mine
+                    if ev.offset in self._index.quarantined]
+            version = self._index.version(pending.aggregate_id)
+        if len(lost) == len(mine):
+            log.warning("append to %s lost to another producer's record: %s",
+                        pending.aggregate_id, lost[0].describe())
+            raise ConcurrencyError(pending.aggregate_id, mine[0].version - 1, version)
+        if lost:
+            raise StoreError(f"append to {pending.aggregate_id!r} counts only in part: "
+                             f"another producer wrote into {self.topic}[{self.partition}] "
+                             f"meanwhile; " + "; ".join(q.describe() for q in lost))
         return AppendResult(pending.aggregate_id, mine[0].version, mine[-1].version,
                             self.partition, tuple(ev.offset for ev in mine), mine[0].recorded_at,
                             duplicate=outcome == "repeat")
@@ -259,11 +308,12 @@ class PartitionWriter:
             raise StoreError(f"cannot become the writer of {self.topic}[{self.partition}]: "
                              f"{e.args[0].str()}") from e
         self.takeovers += 1
+        self._marker = -1
         self._catch_up()
         self._producer = producer
         return producer
 
-    def _catch_up(self) -> None:
+    def _catch_up(self, min_end: int = 0) -> None:
         if self._reader is None:
             self._reader = self._new_reader()
-        self._index.catch_up(self._reader)
+        self._index.catch_up(self._reader, min_end)

@@ -12,16 +12,28 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from headrace.pipelines.fraud.generator import FraudConfig, FraudTopics, ensure_topics, run
-from headrace.pipelines.fraud.truth import GroundTruth
+from headrace.pipelines.fraud.truth import PATTERNS, GroundTruth
 from headrace.testing import scaled
 from tests.spark.kafka_helpers import read_all
 from tests.spark.spark_workers.supervisor import SparkWorker
 
+MAX_OFFSETS = 1000
+"""Transactions per micro-batch where a test runs the micro-batch pipeline over a whole
+generated run (``maxOffsetsPerTrigger``): a few micro-batches, each advancing the watermark
+that decides which records of the next ones are late."""
+
+LATE_AFTER_S = 20.0
+"""No late record arrives in a run's first 20 s: the pipeline's first micro-batch has no
+watermark yet, so it cannot tell late records from on-time ones. ``MAX_OFFSETS`` records
+at 100/s (the fastest generated run read that way) span about 10 s of arrivals."""
+
 
 def fraud_config(seed: int, rate: float, duration: float) -> FraudConfig:
+    """A fixed-seed run: 4 incidents per pattern per minute of event time (4 each in a
+    minute's run), late records from ``LATE_AFTER_S`` on, and just the users it needs."""
     probe = FraudConfig(seed=seed, rate=rate, duration_s=duration)
     return FraudConfig(seed=seed, rate=rate, duration_s=duration,
-                       users=probe.required_users(), late_after_s=10.0,
+                       users=probe.required_users(), late_after_s=LATE_AFTER_S,
                        velocity_bursts=4, impossible_travel=4, amount_anomalies=4,
                        card_testing=4)
 
@@ -31,6 +43,15 @@ def generate(bootstrap: str, seed: int, rate: float, duration: float,
              realtime: bool = False) -> GroundTruth:
     return run(bootstrap, fraud_config(seed, rate, duration), realtime=realtime,
                before_stream=before_stream)
+
+
+def check_patterns(truth: GroundTruth) -> None:
+    """The run injected every pattern, late records and malformed ones: what the exact
+    checks need to mean something."""
+    patterns = {i.pattern for i in truth.incidents}
+    assert patterns == set(PATTERNS), patterns
+    assert truth.late_count and truth.malformed_count, (truth.late_count,
+                                                        truth.malformed_count)
 
 
 def create_topics(bootstrap: str, *names: str) -> None:
@@ -43,23 +64,6 @@ def create_topics(bootstrap: str, *names: str) -> None:
 
 def alerts_of(bootstrap: str, topic: str = "fraud-alerts") -> list[dict[str, Any]]:
     return [json.loads(m.value()) for m in read_all(bootstrap, topic)]
-
-
-def settled_alerts(bootstrap: str, topic: str, quiet_s: float = 6.0,
-                   timeout_s: float = 180.0) -> list[dict[str, Any]]:
-    """The alerts once none has arrived for ``quiet_s`` (after at least one did). Both
-    durations are scaled: a slower machine spaces its alerts further apart."""
-    quiet_s = scaled(quiet_s)
-    deadline = time.monotonic() + scaled(timeout_s)
-    seen, since = -1, time.monotonic()
-    while time.monotonic() < deadline:
-        n = len(read_all(bootstrap, topic))
-        if n != seen:
-            seen, since = n, time.monotonic()
-        elif n and time.monotonic() - since >= quiet_s:
-            break
-        time.sleep(1.0)
-    return alerts_of(bootstrap, topic)
 
 
 def wait_for_profiles(worker: SparkWorker, profiles: int, timeout_s: float = 120.0) -> None:

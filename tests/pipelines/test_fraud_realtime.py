@@ -22,13 +22,13 @@ from headrace.pipelines.fraud.pipeline import PipelineConfig, PipelineTopics, st
 from headrace.pipelines.fraud.truth import GroundTruth
 from headrace.testing import EmbeddedBroker, scaled
 from tests.pipelines.fraud_support import (
+    MAX_OFFSETS,
     alert_keys,
     alerts_of,
     check_alerts,
     create_topics,
     fraud_config,
     generate,
-    settled_alerts,
     wait_caught_up,
     wait_for_profiles,
 )
@@ -55,19 +55,20 @@ def test_exact_alerts_equal_to_the_micro_batch_path(spark: SparkSession, tmp_pat
         try:
             worker.spawn()
             assert worker.wait_for("started", 180), worker.stderr_tail()
-            users = fraud_config(11, 100, 90).users
-            truth = generate(bootstrap, seed=11, rate=100, duration=90,
+            users = fraud_config(11, 100, 60).users
+            truth = generate(bootstrap, seed=11, rate=100, duration=60,
                              before_stream=lambda: wait_for_profiles(worker, users))
             wait_caught_up(worker, bootstrap)
-            realtime = settled_alerts(bootstrap, ALERTS)
             assert not any(e.startswith("failed") for e in worker.events()), \
                 worker.stderr_tail()
         finally:
             worker.kill()
+        realtime = alerts_of(bootstrap, ALERTS)
         check_alerts(realtime, truth)
         query = start(spark, PipelineConfig(bootstrap, str(tmp_path / "cp-microbatch"),
                                             topics=PipelineTopics(alerts=CHECK),
-                                            max_offsets_per_trigger=300, available_now=True))
+                                            max_offsets_per_trigger=MAX_OFFSETS,
+                                            available_now=True))
         query.awaitTermination(scaled(600))
         assert query.exception() is None, query.exception()
         microbatch = alerts_of(bootstrap, CHECK)
@@ -108,9 +109,9 @@ def test_kill_9_and_restart_loses_no_alert(tmp_path: Path) -> None:
             traffic.join(scaled(120))
             assert truth_box, "the generator did not finish"
             wait_caught_up(worker, bootstrap)
-            alerts = settled_alerts(bootstrap, ALERTS)
         finally:
             worker.kill()
+        alerts = alerts_of(bootstrap, ALERTS)
         assert kills >= 2
         first: dict[str, dict[str, object]] = {}
         for a in alerts:

@@ -13,6 +13,8 @@ import struct
 import uuid
 from dataclasses import dataclass, field
 
+from headrace.protocol.request_header import encode_uvarint
+
 FLEXIBLE_FROM = 12
 MAX_VERSION = 18
 # From v13 a topic is named by its id (16 bytes), not by its name.
@@ -48,24 +50,15 @@ class FetchTopic:
     topic_id: uuid.UUID | None = None
 
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _array_len(n: int | None, flexible: bool) -> bytes:
     if flexible:
-        return _uvarint(0 if n is None else n + 1)
+        return encode_uvarint(0 if n is None else n + 1)
     return _I32.pack(-1 if n is None else n)
 
 
 def _string(s: str, flexible: bool) -> bytes:
     raw = s.encode()
-    return (_uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw
+    return (encode_uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw
 
 
 def encode_fetch_response(

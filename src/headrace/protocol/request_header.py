@@ -38,6 +38,17 @@ def read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
         shift += 7
 
 
+def encode_uvarint(n: int) -> bytes:
+    """``n`` (>= 0) as an unsigned varint: the lengths of flexible versions' compact
+    strings and arrays, and of Kafka's own record formats."""
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
 def parse_request_header(
     frame: bytes, is_flexible: Callable[[int, int], bool]
 ) -> tuple[RequestHeader, int]:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from headrace.broker.groups.assignors import MemberAssignment
 from headrace.broker.groups.consumer_group import ConsumerGroup, ConsumerMember, MemberState
+from headrace.protocol.request_header import encode_uvarint
 
 GROUP_METADATA, PARTITION_METADATA, MEMBER_METADATA = 3, 4, 5
 TARGET_METADATA, TARGET_MEMBER, CURRENT_MEMBER = 6, 7, 8
@@ -63,24 +64,15 @@ def encode_key(key: Key) -> bytes:
     return out + (_string(key.member_id) if key.member_id is not None else b"")
 
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _cstring(s: str | None) -> bytes:
     if s is None:
         return b"\x00"
     raw = s.encode()
-    return _uvarint(len(raw) + 1) + raw
+    return encode_uvarint(len(raw) + 1) + raw
 
 
 def _carray(items: list[bytes]) -> bytes:
-    return _uvarint(len(items) + 1) + b"".join(items)
+    return encode_uvarint(len(items) + 1) + b"".join(items)
 
 
 _TAGS = b"\x00"  # no tagged fields

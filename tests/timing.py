@@ -17,11 +17,11 @@ import pytest
 # seconds of test time per area under make test's two workers on the 2-core machine: the
 # first green fresh-clone run plus about 15 % (see tests/README.md)
 BUDGETS: dict[str, float] = {
-    "pipelines": 950,
-    "spark": 930,
-    "streaming": 870,
-    "integration": 600,
-    "differential": 150,
+    "pipelines": 770,
+    "spark": 890,
+    "streaming": 790,
+    "integration": 610,
+    "differential": 160,
     "compat": 150,
     "eventsourcing": 130,
     "cdc": 120,

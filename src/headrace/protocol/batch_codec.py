@@ -41,6 +41,7 @@ from headrace.protocol.records import (
     BatchHeader,
     compute_crc,
 )
+from headrace.protocol.request_header import encode_uvarint
 
 # KIP-534: the batch's baseTimestamp holds the time after which its tombstones and
 # transaction markers may be removed by the cleaner.
@@ -122,13 +123,8 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
 
 
 def encode_varint(value: int) -> bytes:
-    zz = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while zz >= 0x80:
-        out.append((zz & 0x7F) | 0x80)
-        zz >>= 7
-    out.append(zz)
-    return bytes(out)
+    """A signed varint: ``value`` zigzag-encoded, then as an unsigned varint."""
+    return encode_uvarint((value << 1) ^ (value >> 63))
 
 
 def parse_records(buf: bytes, count: int) -> list[RecordView]:

@@ -20,6 +20,7 @@ BUDGETS: dict[str, float] = {
     "pipelines": 770,
     "spark": 890,
     "streaming": 790,
+    "savepoints": 150,
     "integration": 610,
     "differential": 160,
     "compat": 150,
@@ -38,7 +39,7 @@ SLOWEST = 15
 # stay shared). A group runs whole on one worker. The two Spark groups go out first, so
 # they run side by side on different workers, and the other modules fill in around
 # them, the longest first.
-SPARK_AREAS = frozenset({"spark", "streaming", "pipelines"})
+SPARK_AREAS = frozenset({"spark", "streaming", "pipelines", "savepoints"})
 SESSION_GROUP, APPS_GROUP = "spark-session", "spark-apps"
 APPS_MODULES = frozenset({
     "tests/spark/test_exactly_once_crash.py",
@@ -47,6 +48,7 @@ APPS_MODULES = frozenset({
     "tests/pipelines/test_fraud_realtime.py",
     "tests/pipelines/test_fraud_demo.py",
     "tests/pipelines/test_bank_demo.py",
+    "tests/savepoints/test_savepoint_cli.py",
 })
 LONGEST_FIRST = (
     "tests/integration/test_transactions.py",

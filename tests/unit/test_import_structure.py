@@ -15,7 +15,7 @@ Two rules:
 whatever those may (the order is transitive). In short::
 
     protocol < storage < broker
-    protocol, jvm < spark < streaming < realtime < pipelines
+    protocol, jvm < spark < savepoints < streaming < realtime < pipelines
     spark, fencing < eventsourcing < pipelines
     fencing < registry < pipelines;  cdc < pipelines;  jvm < testing < pipelines
     testing, protocol < ops < console
@@ -49,7 +49,8 @@ LAYERS: dict[str, frozenset[str]] = {
     "broker": frozenset({"storage"}),
     "testing": frozenset({"jvm"}),
     "spark": frozenset({"protocol", "jvm"}),
-    "streaming": frozenset({"spark"}),
+    "savepoints": frozenset({"spark"}),
+    "streaming": frozenset({"spark", "savepoints"}),
     "realtime": frozenset({"streaming"}),
     "registry": frozenset({"fencing"}),
     "cdc": frozenset({"headrace"}),

@@ -21,7 +21,7 @@ import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -432,10 +432,20 @@ def dead_letter_batches(dead: list[tuple[bytes | None, bytes | None, list[Any]]]
         names=["key", "value", "headers"])
 
 
+class OffsetsOrigin(Protocol):
+    """Where a stream starts instead of ``startingOffsets``: a savepoint
+    (``headrace.savepoints.Savepoint``)."""
+
+    def starting_offsets(self, topic: str) -> str:
+        """``startingOffsets`` JSON for ``topic``."""
+        ...
+
+
 def read_events(spark: SparkSession, topic: str, schema: StructType | str, *,
                 event_time: str, dead_letter_topic: str, streaming: bool = True,
                 schema_registry_url: str = "", envelope: str = "",
-                options: Mapping[str, str] | None = None, **more: str) -> DataFrame:
+                options: Mapping[str, str] | None = None,
+                from_savepoint: OffsetsOrigin | None = None, **more: str) -> DataFrame:
     """A (streaming, by default) DataFrame of typed events from JSON values of ``topic``,
     or, with ``schema_registry_url``, from values in the registry's wire format (Avro, JSON
     Schema, Protobuf; each decoded with its writer's schema and projected onto ``schema``;
@@ -444,7 +454,9 @@ def read_events(spark: SparkSession, topic: str, schema: StructType | str, *,
 
     ``options`` (and keyword arguments) are the source's; ``kafka_bootstrap_servers=...``
     may be spelled with underscores for ``kafka.bootstrap.servers``, as any ``kafka.*``.
-    Requires ``headrace.spark.register(spark)`` first.
+    ``from_savepoint``: start where a savepoint's query would have read next (it replaces
+    ``startingOffsets``; the query needs a fresh checkpoint). Requires
+    ``headrace.spark.register(spark)`` first.
     """
     # DDL is parsed here, on the driver: the data source's own process has no JVM.
     text = (schema if isinstance(schema, StructType) else _ddl(schema)).json()
@@ -456,7 +468,10 @@ def read_events(spark: SparkSession, topic: str, schema: StructType | str, *,
         fmt = fmt.option("schemaRegistryUrl", schema_registry_url)
     if envelope:
         fmt = fmt.option("valueEnvelope", envelope)
-    for name, value in {**(options or {}), **more}.items():
+    settings = {**(options or {}), **more}
+    if from_savepoint is not None:
+        settings["startingOffsets"] = from_savepoint.starting_offsets(topic)
+    for name, value in settings.items():
         key = name.replace("_", ".") if name.startswith("kafka_") else name
         fmt = fmt.option(key, value)
     return fmt.load()

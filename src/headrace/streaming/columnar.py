@@ -43,7 +43,6 @@ import numpy as np
 import pandas as pd
 from pyspark.sql.streaming.stateful_processor import (
     ExpiredTimerInfo,
-    StatefulProcessor,
     StatefulProcessorHandle,
     TimerValues,
 )
@@ -55,6 +54,10 @@ from headrace.streaming.timeutil import epoch_ms
 from headrace.streaming.window_spec import EVENT_JSON, WindowedSpec
 
 KINDS = ("count", "sum", "avg", "min", "max")
+OPERATOR = "windowed.columnar"
+STATE_VERSION = 1
+"""The layout of a bucket described above; a change ships a migration
+(``headrace.savepoints.migrations``)."""
 _NAT = np.iinfo(np.int64).min
 
 
@@ -64,10 +67,13 @@ def handles(spec: WindowedSpec) -> bool:
         a.kind in KINDS for a in spec.aggs)
 
 
-class ColumnarWindowProcessor(StatefulProcessor):
-    def __init__(self, spec: WindowedSpec) -> None:
+class ColumnarWindowProcessor(buckets.BucketProcessor):
+    def __init__(self, spec: WindowedSpec, params: dict[str, Any] | None = None,
+                 resume: buckets.Resume | None = None) -> None:
         assert handles(spec)
         self.spec = spec
+        self.head = buckets.header(OPERATOR, STATE_VERSION, params or {})
+        self.resume = resume
         self.keys = list(spec.keys)
         self.size = spec.window.size_ms
         self.slide = spec.window.slide_ms if spec.window.kind == "hopping" else self.size
@@ -92,7 +98,7 @@ class ColumnarWindowProcessor(StatefulProcessor):
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
-        self.bucket = handle.getValueState("bucket", buckets.VALUE_SCHEMA)
+        self.bucket = self.bucket_state = handle.getValueState("bucket", buckets.VALUE_SCHEMA)
 
     # -- state ---------------------------------------------------------------------------
     def _load(self) -> tuple[bytes | None, pd.DataFrame, int | None]:
@@ -104,12 +110,13 @@ class ColumnarWindowProcessor(StatefulProcessor):
     def _store(self, before: bytes | None, table: pd.DataFrame, registered: int | None,
                wanted: int | None) -> None:
         columns = {} if table.empty else {c: table[c].to_numpy() for c in self.columns}
-        buckets.store(self.handle, self.bucket, before, columns, registered, wanted)
+        buckets.store(self.handle, self.bucket, before, columns, registered, wanted,
+                      head=self.head)
 
     # -- Spark's calls ---------------------------------------------------------------------
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
                         timerValues: TimerValues) -> Iterator[pd.DataFrame]:
-        watermark = timerValues.getCurrentWatermarkInMs()
+        watermark = self.watermark(timerValues)
         before, table, timer = self._load()
         frames = [f for f in rows if len(f)]
         out: list[dict[str, np.ndarray]] = []
@@ -123,7 +130,7 @@ class ColumnarWindowProcessor(StatefulProcessor):
 
     def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
                            expiredTimerInfo: ExpiredTimerInfo) -> Iterator[pd.DataFrame]:
-        watermark = timerValues.getCurrentWatermarkInMs()
+        watermark = self.watermark(timerValues)
         before, table, _ = self._load()
         out: list[dict[str, np.ndarray]] = []
         table = self._settle(table, pd.Series(False, index=table.index), watermark, out)

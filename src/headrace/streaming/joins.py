@@ -39,15 +39,15 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, GroupedData
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import (
     ExpiredTimerInfo,
-    StatefulProcessor,
     StatefulProcessorHandle,
     TimerValues,
 )
@@ -63,6 +63,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from headrace.savepoints import Savepoint
+from headrace.savepoints.state import Resume
 from headrace.streaming import buckets
 from headrace.streaming.errors import SpecError, StreamingError
 from headrace.streaming.timeutil import duration_ms
@@ -71,6 +73,27 @@ from headrace.streaming.windows import BUCKET, DEFAULT_BUCKETS, with_spark_water
 # table_join's change marker on left rows: an upsert, or "moved away to another join key"
 _UPSERT = "U"
 _MOVED_AWAY = "D"
+
+# Each processor's operator name and state schema version (``buckets.header``): the
+# layouts the classes below describe. A change ships a migration
+# (``headrace.savepoints.migrations``).
+STATE_VERSIONS = {"latest_join": 1, "table_join": 1, "table_join.tracker": 1,
+                  "temporal_join": 1}
+# What a savepoint's join state needs unchanged, and why.
+_FIXED = {"key": "the state is kept per join key",
+          "left_key": "the tracker's state is kept per left primary key",
+          "buckets": "keys are hashed into that many buckets"}
+Origin = Savepoint | str | Path | None
+
+
+def _resume(origin: Origin, df: DataFrame, name: str, params: dict[str, Any]
+            ) -> tuple[GroupedData | None, Resume | None]:
+    """The initial state and ``Resume`` of join operator ``name`` from a savepoint."""
+    if origin is None:
+        return None, None
+    return Savepoint.of(origin).resume(df.sparkSession, operator=name, family=(name,),
+                                       version=STATE_VERSIONS[name], params=params,
+                                       fixed=_FIXED, key_column=BUCKET)
 
 
 def interval_join(left: DataFrame, right: DataFrame, *, on: list[str], left_time: str,
@@ -162,7 +185,7 @@ def _tagged(df: DataFrame, side: str, key: list[str], time_col: str | None,
                      none.alias(_LEFT_OP), _key_bucket(key, n).alias(BUCKET))
 
 
-class _JoinProcessor(StatefulProcessor):
+class _JoinProcessor(buckets.BucketProcessor):
     """``latest_join`` and ``table_join``, grouped by a bucket of join keys
     (``windows.BUCKET``), on the pandas flavour of transformWithState: rows arrive as
     columns of JSON text and come out as such, so no Python object is built per field. One
@@ -170,19 +193,23 @@ class _JoinProcessor(StatefulProcessor):
     round trips per bucket, not per key. Per key (its JSON text): ``table`` (the latest
     row) and ``left`` (left primary key -> row: table mode). Output rows: (left, right)."""
 
-    def __init__(self, spec: _JoinSpec) -> None:
+    def __init__(self, spec: _JoinSpec, params: dict[str, Any] | None = None,
+                 resume: buckets.Resume | None = None) -> None:
         self.spec = spec
+        name = f"{spec.mode}_join"
+        self.head = buckets.header(name, STATE_VERSIONS[name], params or {})
+        self.resume = resume
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
-        self.bucket = handle.getValueState("bucket", buckets.VALUE_SCHEMA)
+        self.bucket = self.bucket_state = handle.getValueState("bucket", buckets.VALUE_SCHEMA)
 
     def _store(self, before: bytes | None, keys: dict[str, dict[str, Any]]) -> None:
         """Write the bucket back without the keys left with nothing (no table row or left
         row)."""
         for k in [k for k, ks in keys.items() if not any(ks.values())]:
             del keys[k]
-        buckets.store(self.handle, self.bucket, before, keys, None, None)
+        buckets.store(self.handle, self.bucket, before, keys, None, None, head=self.head)
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
                         timerValues: TimerValues) -> Iterator[pd.DataFrame]:
@@ -251,7 +278,7 @@ def _time(row: tuple[Any, ...]) -> Any:
     return row[0]
 
 
-class _TemporalProcessor(StatefulProcessor):
+class _TemporalProcessor(buckets.BucketProcessor):
     """``temporal_join``'s processor: a bucket of join keys at a time, with pandas, on the
     pandas flavour of transformWithState. A bucket's state is four tables, pickled as numpy
     columns (``_TemporalState``): the versions held (key, valid_from, row), the first
@@ -274,9 +301,15 @@ class _TemporalProcessor(StatefulProcessor):
     the watermark reaches it; versions are evicted only then). The bucket registers one
     real timer, its keys' earliest. Output rows: (left, right, valid_from ms, late)."""
 
+    def __init__(self, params: dict[str, Any] | None = None,
+                 resume: buckets.Resume | None = None) -> None:
+        self.head = buckets.header("temporal_join", STATE_VERSIONS["temporal_join"],
+                                   params or {})
+        self.resume = resume
+
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
-        self.bucket = handle.getValueState("bucket", buckets.VALUE_SCHEMA)
+        self.bucket = self.bucket_state = handle.getValueState("bucket", buckets.VALUE_SCHEMA)
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
                         timerValues: TimerValues) -> Iterator[pd.DataFrame]:
@@ -287,7 +320,7 @@ class _TemporalProcessor(StatefulProcessor):
         if frame[_T].isna().any():
             raise StreamingError("an event time or valid_from is null: every event and "
                                  "table row of a temporal join needs one")
-        watermark = timerValues.getCurrentWatermarkInMs()
+        watermark = self.watermark(timerValues)
         right = (frame[_SIDE] == "R").to_numpy()
         keys = frame[_KEY].to_numpy(dtype=object)
         times = frame[_T].to_numpy(dtype=np.int64)
@@ -303,7 +336,7 @@ class _TemporalProcessor(StatefulProcessor):
                            expiredTimerInfo: ExpiredTimerInfo) -> Iterator[pd.DataFrame]:
         before, stored, _ = buckets.load(self.bucket)
         state = _TemporalState(stored)
-        out = state.fire(timerValues.getCurrentWatermarkInMs())
+        out = state.fire(self.watermark(timerValues))
         # The timer that fired was the bucket's only one, and it is gone.
         self._store(before, state, None)
         return iter([] if out is None else [out])
@@ -311,7 +344,7 @@ class _TemporalProcessor(StatefulProcessor):
     def _store(self, before: bytes | None, state: _TemporalState,
                registered: int | None) -> None:
         buckets.store(self.handle, self.bucket, before, state.columns(), registered,
-                      state.next_timer())
+                      state.next_timer(), head=self.head)
 
 
 _NO_OBJECTS = np.empty(0, object)
@@ -474,7 +507,7 @@ def _per_key_to_columns(keys: dict[str, dict[str, Any]]) -> dict[str, Any]:
             for name, values in cols.items()}
 
 
-class _ForeignKeyTracker(StatefulProcessor):
+class _ForeignKeyTracker(buckets.BucketProcessor):
     """First stage of ``table_join``, grouped by a bucket of the left table's primary keys,
     on the pandas flavour (rows as JSON text, as in ``_JoinProcessor``): remembers each
     left row's join key (its JSON text and bucket) and, when a micro-batch changes it,
@@ -482,9 +515,15 @@ class _ForeignKeyTracker(StatefulProcessor):
     state) before the upsert to the new one. Within a batch the last row of a primary key
     wins. One pickled value per bucket: ``{primary key: (join key, join key's bucket)}``."""
 
+    def __init__(self, params: dict[str, Any] | None = None,
+                 resume: buckets.Resume | None = None) -> None:
+        self.head = buckets.header("table_join.tracker", STATE_VERSIONS["table_join.tracker"],
+                                   params or {})
+        self.resume = resume
+
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
-        self.bucket = handle.getValueState("bucket", buckets.VALUE_SCHEMA)
+        self.bucket = self.bucket_state = handle.getValueState("bucket", buckets.VALUE_SCHEMA)
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
                         timerValues: TimerValues) -> Iterator[pd.DataFrame]:
@@ -502,24 +541,28 @@ class _ForeignKeyTracker(StatefulProcessor):
                 out.append((old[0], None, pk, _MOVED_AWAY, old[1]))
             known[pk] = (k, kb)
             out.append((k, left, pk, _UPSERT, kb))
-        buckets.store(self.handle, self.bucket, before, known, None, None)
+        buckets.store(self.handle, self.bucket, before, known, None, None, head=self.head)
         if not out:
             return iter(())
         columns = zip(*out, strict=True)
         return iter([pd.DataFrame(dict(zip(_TRACKED, columns, strict=True)))])
 
 
-def _track_foreign_keys(left: DataFrame, on: list[str], left_key: str, n: int) -> DataFrame:
+def _track_foreign_keys(left: DataFrame, on: list[str], left_key: str, n: int,
+                        origin: Origin = None) -> DataFrame:
     """The left side of ``table_join``'s union (``_tagged``'s columns), after the tracker."""
     schema = StructType([StructField(_KEY, StringType()), StructField(_LEFT, StringType()),
                          StructField(_PK, StringType()), StructField(_LEFT_OP, StringType()),
                          StructField(_KEY_BUCKET, LongType())])
+    params = {"key": on, "left_key": left_key, "buckets": n}
+    initial, resume = _resume(origin, left, "table_join.tracker", params)
     tracked = left.select(_as_json([left_key]).alias(_PK), _as_json(on).alias(_KEY),
                           _as_json(left.columns).alias(_LEFT),
                           _key_bucket(on, n).alias(_KEY_BUCKET),
                           _key_bucket([left_key], n).alias(BUCKET)) \
         .groupBy(BUCKET).transformWithStateInPandas(
-            _ForeignKeyTracker(), schema, "Append", "None")
+            _ForeignKeyTracker(params, resume), schema, "Append", "None",
+            initialState=initial)
     none = F.lit(None).cast("string")
     return tracked.select(_KEY, F.lit(0).alias(_T), F.lit("L").alias(_SIDE), _LEFT,
                           none.alias(_RIGHT), _PK, _LEFT_OP, F.col(_KEY_BUCKET).alias(BUCKET))
@@ -527,7 +570,7 @@ def _track_foreign_keys(left: DataFrame, on: list[str], left_key: str, n: int) -
 
 def _join(left: DataFrame, right: DataFrame, spec: _JoinSpec, left_time: str | None,
           right_time: str | None, watermark: str | int | dt.timedelta | None,
-          extra: list[StructField], buckets: int) -> DataFrame:
+          extra: list[StructField], buckets: int, origin: Origin = None) -> DataFrame:
     if buckets < 1:
         raise SpecError(f"buckets must be at least 1, got {buckets}")
     key = list(spec.key)
@@ -542,21 +585,25 @@ def _join(left: DataFrame, right: DataFrame, spec: _JoinSpec, left_time: str | N
     if spec.left_pk is not None:
         if spec.left_pk not in left.columns:
             raise SpecError(f"left_key {spec.left_pk!r} is not in the left stream")
-        tagged = _track_foreign_keys(left, key, spec.left_pk, buckets)
+        tagged = _track_foreign_keys(left, key, spec.left_pk, buckets, origin)
     else:
         tagged = _tagged(left, "L", key, left_time, buckets)
     union = tagged.unionByName(_tagged(right, "R", key, right_time, buckets))
     schema = StructType([StructField(_LEFT, StringType()), StructField(_RIGHT, StringType())])
     if spec.mode == "temporal":
         schema = schema.add(_VALID_FROM, LongType()).add("late", BooleanType())
+    name = f"{spec.mode}_join"
+    params = {"key": key, "left_key": spec.left_pk, "buckets": buckets}
+    initial, resume = _resume(origin, left, name, params)
     time_mode = "None"
     if watermark is not None:
         union = with_spark_watermark(union.withColumn("__wm", F.timestamp_millis(F.col(_T))),
-                                     "__wm", watermark).drop("__wm")
+                                     "__wm", watermark, resume).drop("__wm")
         time_mode = "EventTime"
     joined = union.select(*_INPUT, BUCKET).groupBy(BUCKET).transformWithStateInPandas(
-        _TemporalProcessor() if spec.mode == "temporal" else _JoinProcessor(spec), schema,
-        "Append", time_mode)
+        _TemporalProcessor(params, resume) if spec.mode == "temporal"
+        else _JoinProcessor(spec, params, resume), schema,
+        "Append", time_mode, initialState=initial)
     parsed = joined.select(F.from_json(_LEFT, left_schema, _JSON).alias("left"),
                            F.from_json(_RIGHT, right_schema, _JSON).alias("right"),
                            *[F.col(f.name) for f in schema.fields[2:]])
@@ -566,31 +613,34 @@ def _join(left: DataFrame, right: DataFrame, spec: _JoinSpec, left_time: str | N
 
 
 def latest_join(events: DataFrame, table: DataFrame, *, on: list[str],
-                buckets: int = DEFAULT_BUCKETS) -> DataFrame:
+                buckets: int = DEFAULT_BUCKETS, from_savepoint: Origin = None) -> DataFrame:
     """Each event with the table's latest row for its key (``right`` null if none yet).
     A micro-batch's table updates are applied before its events (module docstring).
 
     ``table`` is a changelog stream (e.g. a compacted topic read with read_events). Output:
     the key columns, ``left`` (the event) and ``right`` (the table row) as structs.
+    ``from_savepoint`` (every join here): start from a savepoint's state
+    (``headrace.savepoints``); the join key, ``left_key`` and ``buckets`` must not change.
     """
     spec = _JoinSpec("latest", tuple(on))
-    return _join(events, table, spec, None, None, None, [], buckets)
+    return _join(events, table, spec, None, None, None, [], buckets, from_savepoint)
 
 
 def temporal_join(events: DataFrame, table: DataFrame, *, on: list[str], event_time: str,
                   valid_from: str, watermark: str | int | dt.timedelta,
-                  buckets: int = DEFAULT_BUCKETS) -> DataFrame:
+                  buckets: int = DEFAULT_BUCKETS, from_savepoint: Origin = None) -> DataFrame:
     """Each event with the table row valid at its ``event_time``: the version with the
     greatest ``valid_from`` at or before it. Output adds ``valid_from`` and ``late``; late
     events join as the module docstring says."""
     spec = _JoinSpec("temporal", tuple(on))
     return _join(events, table, spec, event_time, valid_from, watermark,
                  [StructField("valid_from", TimestampType()),
-                  StructField("late", BooleanType())], buckets)
+                  StructField("late", BooleanType())], buckets, from_savepoint)
 
 
 def table_join(left: DataFrame, right: DataFrame, *, on: list[str],
-               left_key: str, buckets: int = DEFAULT_BUCKETS) -> DataFrame:
+               left_key: str, buckets: int = DEFAULT_BUCKETS,
+               from_savepoint: Origin = None) -> DataFrame:
     """A live view of ``left`` (e.g. orders, primary key ``left_key``) joined with ``right``
     (e.g. products, keyed by ``on``). Every change re-emits the view rows it affects; read
     the output as upserts keyed by ``left_key``. A left row may change its ``on`` value
@@ -600,4 +650,4 @@ def table_join(left: DataFrame, right: DataFrame, *, on: list[str],
     last row of a ``left_key`` wins: produce ``left`` keyed by ``left_key`` so its changes
     keep their order."""
     spec = _JoinSpec("table", tuple(on), left_key)
-    return _join(left, right, spec, None, None, None, [], buckets)
+    return _join(left, right, spec, None, None, None, [], buckets, from_savepoint)

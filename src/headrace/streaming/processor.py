@@ -28,7 +28,6 @@ import numpy as np
 import pandas as pd
 from pyspark.sql.streaming.stateful_processor import (
     ExpiredTimerInfo,
-    StatefulProcessor,
     StatefulProcessorHandle,
     TimerValues,
 )
@@ -41,6 +40,10 @@ from headrace.streaming.window_spec import EVENT_JSON, WindowedSpec
 
 _TIMES = ("window_start", "window_end", "event_time")
 _NAT = np.iinfo(np.int64).min
+OPERATOR = "windowed.per_event"
+STATE_VERSION = 1
+"""The layout of a bucket described above; a change ships a migration
+(``headrace.savepoints.migrations``)."""
 
 Entry = tuple[Any, bool]
 Windows = dict[tuple[int, int], Entry]
@@ -48,9 +51,12 @@ Windows = dict[tuple[int, int], Entry]
 KeyState = tuple[Windows, int | None]
 
 
-class WindowProcessor(StatefulProcessor):
-    def __init__(self, spec: WindowedSpec) -> None:
+class WindowProcessor(buckets.BucketProcessor):
+    def __init__(self, spec: WindowedSpec, params: dict[str, Any] | None = None,
+                 resume: buckets.Resume | None = None) -> None:
         self.spec = spec
+        self.head = buckets.header(OPERATOR, STATE_VERSION, params or {})
+        self.resume = resume
         self.aggs = spec.aggs
         self.lateness = spec.allowed_lateness_ms
         self.kind = spec.window.kind
@@ -58,7 +64,7 @@ class WindowProcessor(StatefulProcessor):
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
-        self.bucket = handle.getValueState("bucket", buckets.VALUE_SCHEMA)
+        self.bucket = self.bucket_state = handle.getValueState("bucket", buckets.VALUE_SCHEMA)
 
     # -- state access -------------------------------------------------------------------
     # -- output rows -------------------------------------------------------------------
@@ -110,7 +116,7 @@ class WindowProcessor(StatefulProcessor):
     # -- event handling ----------------------------------------------------------------
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
                         timerValues: TimerValues) -> Iterator[pd.DataFrame]:
-        watermark = timerValues.getCurrentWatermarkInMs()
+        watermark = self.watermark(timerValues)
         before, keys, timer = buckets.load(self.bucket)
         # key -> its events: (event time ms, aggregate inputs, index of the event's JSON)
         by_key: dict[tuple[Any, ...], list[tuple[int, dict[str, Any], int]]] = {}
@@ -137,16 +143,18 @@ class WindowProcessor(StatefulProcessor):
             self._add(k, windows, its_events, events, watermark, out)
             self._settle(keys, k, windows, watermark, out)
         self._fire_due(keys, watermark, out, skip=by_key.keys())
-        buckets.store(self.handle, self.bucket, before, keys, timer, self._next_timer(keys))
+        buckets.store(self.handle, self.bucket, before, keys, timer, self._next_timer(keys),
+                      head=self.head)
         return self._frames(out)
 
     def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
                            expiredTimerInfo: ExpiredTimerInfo) -> Iterator[pd.DataFrame]:
         before, keys, _ = buckets.load(self.bucket)
         out = self._columns()
-        self._fire_due(keys, timerValues.getCurrentWatermarkInMs(), out, skip=())
+        self._fire_due(keys, self.watermark(timerValues), out, skip=())
         # The timer that fired was the bucket's only one, and it is gone.
-        buckets.store(self.handle, self.bucket, before, keys, None, self._next_timer(keys))
+        buckets.store(self.handle, self.bucket, before, keys, None, self._next_timer(keys),
+                      head=self.head)
         return self._frames(out)
 
     def _add(self, key: tuple[Any, ...], windows: Windows,

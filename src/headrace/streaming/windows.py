@@ -33,11 +33,16 @@ reports as late. State per key and window is evicted once ``W`` passes
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
+from typing import Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
+from headrace.savepoints import Savepoint
+from headrace.savepoints.state import Resume
+from headrace.streaming import columnar, processor
 from headrace.streaming.aggregates import Agg
 from headrace.streaming.columnar import ColumnarWindowProcessor, handles
 from headrace.streaming.errors import SpecError
@@ -65,7 +70,8 @@ def windowed(df: DataFrame, *, keys: list[str] | tuple[str, ...], event_time: st
              window: Window, aggs: list[Agg] | tuple[Agg, ...],
              watermark: str | int | dt.timedelta,
              allowed_lateness: str | int | dt.timedelta = 0, emit: str = "final",
-             buckets: int = DEFAULT_BUCKETS) -> DataFrame:
+             buckets: int = DEFAULT_BUCKETS,
+             from_savepoint: Savepoint | str | Path | None = None) -> DataFrame:
     """Window ``df`` (a stream without a watermark of its own) by event time per ``keys``.
 
     State lives in ``buckets`` groups (a hash of the keys; see ``columnar``, and ``processor``
@@ -73,6 +79,12 @@ def windowed(df: DataFrame, *, keys: list[str] | tuple[str, ...], event_time: st
     micro-batch costs a few state calls per bucket, not per key, so more buckets mean more
     parallelism across a cluster and smaller state rewrites, fewer mean less overhead per
     batch. A checkpoint stays tied to its ``buckets``.
+
+    ``from_savepoint``: start from a savepoint's windows (``headrace.savepoints``), in a
+    query with a fresh checkpoint whose source starts at the savepoint's offsets. The
+    allowed lateness, ``emit``, the aggregates' names and the number of shuffle partitions
+    may differ from the savepoint's query; the keys, the window, the aggregates' kinds and
+    columns and ``buckets`` may not (``IncompatibleStateError``, raised here).
 
     Raises ``SpecError`` for an unknown column, duplicate output names, a bad ``emit`` or
     ``buckets`` below 1. Needs the RocksDB state store
@@ -93,7 +105,18 @@ def windowed(df: DataFrame, *, keys: list[str] | tuple[str, ...], event_time: st
         raise SpecError(f"aggregate names {names} repeat or clash with output columns")
     spec = WindowedSpec(tuple(keys), event_time, window, tuple(aggs),
                         duration_ms(allowed_lateness), emit)
-    marked = with_spark_watermark(df, event_time, watermark)
+    params: dict[str, Any] = {
+        "keys": list(keys), "window": [window.kind, window.size_ms, window.slide_ms],
+        "aggs": [[a.kind, a.column] for a in aggs], "buckets": buckets,
+        "allowed_lateness_ms": spec.allowed_lateness_ms, "emit": emit}
+    kind = columnar if handles(spec) else processor
+    initial, resume = None, None
+    if from_savepoint is not None:
+        initial, resume = Savepoint.of(from_savepoint).resume(
+            df.sparkSession, operator=kind.OPERATOR,
+            family=(columnar.OPERATOR, processor.OPERATOR), version=kind.STATE_VERSION,
+            params=params, fixed=_FIXED, key_column=BUCKET)
+    marked = with_spark_watermark(df, event_time, watermark, resume)
     bucket = F.pmod(F.xxhash64(*keys), F.lit(buckets)) if keys else F.lit(0)
     # Each event as JSON, for the late side output (Spark's to_json, nulls kept).
     event = F.to_json(F.struct(*[F.col(c) for c in df.columns]), {"ignoreNullFields": "false"})
@@ -101,20 +124,37 @@ def windowed(df: DataFrame, *, keys: list[str] | tuple[str, ...], event_time: st
     return (marked.withColumn(EVENT_JSON, event).withColumn(BUCKET, bucket)
             .select(*dict.fromkeys(needed), EVENT_JSON, BUCKET)
             .groupBy(BUCKET).transformWithStateInPandas(
-                ColumnarWindowProcessor(spec) if handles(spec) else WindowProcessor(spec),
-                output_schema(df, spec), "Append", "EventTime"))
+                ColumnarWindowProcessor(spec, params, resume) if handles(spec)
+                else WindowProcessor(spec, params, resume),
+                output_schema(df, spec), "Append", "EventTime", initialState=initial))
+
+
+# What a savepoint's windows need unchanged, and why (``windowed(from_savepoint=...)``).
+_FIXED = {"keys": "the state is kept per key",
+          "window": "windows cannot be re-cut from their aggregates",
+          "aggs": "the state holds these aggregates' partial values",
+          "buckets": "keys are hashed into that many buckets"}
 
 
 def with_spark_watermark(df: DataFrame, event_time: str,
-                         delay: str | int | dt.timedelta) -> DataFrame:
+                         delay: str | int | dt.timedelta,
+                         resume: Resume | None = None) -> DataFrame:
     """Give ``df`` Spark's watermark on a hidden copy of ``event_time``, then drop the copy.
 
     Spark's stateful operators drop rows behind the watermark of a column they see; with
     the copy gone, transformWithState still gets the watermark (for timers) but receives
     late rows too, which is what lets the toolkit send them to a side output.
+
+    ``resume`` (a query started from a savepoint): the copy is at least the event time
+    that puts Spark's watermark at the savepoint's, so the new query's watermark goes on
+    from there after its first batch (during which the processors use the savepoint's).
     """
-    return (df.withColumn(HIDDEN_WATERMARK, F.col(event_time))
-            .withWatermark(HIDDEN_WATERMARK, f"{duration_ms(delay)} milliseconds")
+    delay_ms = duration_ms(delay)
+    hidden = F.col(event_time)
+    if resume is not None and resume.watermark_ms > 0:
+        hidden = F.greatest(hidden, F.timestamp_millis(F.lit(resume.watermark_ms + delay_ms)))
+    return (df.withColumn(HIDDEN_WATERMARK, hidden)
+            .withWatermark(HIDDEN_WATERMARK, f"{delay_ms} milliseconds")
             .drop(HIDDEN_WATERMARK))
 
 

@@ -20,7 +20,6 @@ import numpy as np
 import pandas as pd
 from pyspark.sql.streaming.stateful_processor import (
     ExpiredTimerInfo,
-    StatefulProcessor,
     StatefulProcessorHandle,
     TimerValues,
 )
@@ -43,19 +42,28 @@ _INPUT = ("card_id", "txn_id", "user_id", "amount", "city", "lat", "lon", "avg_a
 
 # card id -> (the watermark at which the card's state is dropped, *CardState.to_stored())
 Cards = dict[str, tuple[Any, ...]]
+OPERATOR = "fraud.detector"
+STATE_VERSION = 1
+"""The layout of ``Cards``; a change ships a migration (``headrace.savepoints.migrations``)."""
 
 
-class FraudDetector(StatefulProcessor):
+class FraudDetector(buckets.BucketProcessor):
     """On the pandas flavour of transformWithState: a bucket's rows come as columns, and
     each transaction is evaluated from plain values, without a Row per input or output."""
 
-    def __init__(self, thresholds: Thresholds, allowed_lateness_ms: int) -> None:
+    memo = False  # flat tuples of numbers and per-row strings: nothing the memo would share
+
+    def __init__(self, thresholds: Thresholds, allowed_lateness_ms: int,
+                 params: dict[str, Any] | None = None,
+                 resume: buckets.Resume | None = None) -> None:
         self.th = thresholds
         self.lateness = allowed_lateness_ms
+        self.head = buckets.header(OPERATOR, STATE_VERSION, params or {})
+        self.resume = resume
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
-        self.state = handle.getValueState("cards", buckets.VALUE_SCHEMA)
+        self.state = self.bucket_state = handle.getValueState("cards", buckets.VALUE_SCHEMA)
 
     def _store(self, before: bytes | None, cards: Cards, watermark: int,
                registered: int | None) -> None:
@@ -72,7 +80,8 @@ class FraudDetector(StatefulProcessor):
         for card_id in dead:
             del cards[card_id]
         # flat tuples of numbers and per-row strings: nothing the memo would share
-        buckets.store(self.handle, self.state, before, cards, registered, wanted, memo=False)
+        buckets.store(self.handle, self.state, before, cards, registered, wanted, memo=False,
+                      head=self.head)
 
     def _load(self) -> tuple[bytes | None, Cards, int | None]:
         """The bucket, its cards in today's form (a bucket written before 2026-11-26 held
@@ -85,7 +94,7 @@ class FraudDetector(StatefulProcessor):
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
                         timerValues: TimerValues) -> Iterator[pd.DataFrame]:
-        watermark = timerValues.getCurrentWatermarkInMs()
+        watermark = self.watermark(timerValues)
         before, cards, timer = self._load()
         frames = [f for f in rows if len(f)]
         out: list[tuple[Any, ...]] = []
@@ -178,5 +187,5 @@ class FraudDetector(StatefulProcessor):
                            expiredTimerInfo: ExpiredTimerInfo) -> Iterator[pd.DataFrame]:
         before, cards, _ = self._load()
         # The timer that fired was the bucket's only one, and it is gone.
-        self._store(before, cards, timerValues.getCurrentWatermarkInMs(), None)
+        self._store(before, cards, self.watermark(timerValues), None)
         return iter(())

@@ -13,13 +13,17 @@ the dead-letter topic's offsets.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
+from headrace.pipelines.fraud import detector
 from headrace.pipelines.fraud.detector import OUTPUT_DDL, FraudDetector
 from headrace.pipelines.fraud.rules import Thresholds
+from headrace.savepoints import IncompatibleStateError, Savepoint
 from headrace.spark import read_events
 from headrace.streaming import with_spark_watermark
 from headrace.streaming.joins import latest_join
@@ -59,10 +63,17 @@ class PipelineConfig:
     """Set: transactions are in the registry's wire format (``avro.py``), else JSON."""
     profiles_envelope: str = ""
     """``debezium``: profiles are change events of a PostgreSQL table (``headrace cdc``)."""
+    from_savepoint: str = ""
+    """Set: start from this savepoint (``headrace.savepoints``) with a fresh ``checkpoint``:
+    the detector's cards and the profile join's rows as the savepoint holds them, the
+    topics read from its offsets. Thresholds, the allowed lateness and the watermark may
+    differ from the savepoint's pipeline."""
 
 
 def detections(spark: SparkSession, cfg: PipelineConfig) -> DataFrame:
-    """The stream of detector output rows (``kind`` alert or late), before the sink."""
+    """The stream of detector output rows (``kind`` alert or late), before the sink.
+    Raises ``IncompatibleStateError`` when ``cfg.from_savepoint`` cannot carry over."""
+    sp = Savepoint(cfg.from_savepoint) if cfg.from_savepoint else None
     options: dict[str, str] = {"kafka_bootstrap_servers": cfg.bootstrap_servers,
                                "startingOffsets": "earliest"}
     txn_options = dict(options)
@@ -70,33 +81,48 @@ def detections(spark: SparkSession, cfg: PipelineConfig) -> DataFrame:
         txn_options["maxOffsetsPerTrigger"] = str(cfg.max_offsets_per_trigger)
     txns = read_events(spark, cfg.topics.transactions, TXN_SCHEMA, event_time="event_time",
                        dead_letter_topic=cfg.topics.dead_letters, options=txn_options,
-                       schema_registry_url=cfg.schema_registry_url)
+                       schema_registry_url=cfg.schema_registry_url, from_savepoint=sp)
     txns = txns.observe("parsed", F.count(F.lit(1)).alias("transactions"))
     profiles = read_events(spark, cfg.topics.profiles, PROFILE_SCHEMA, event_time="updated_at",
                            dead_letter_topic=cfg.topics.dead_letters, options=options,
-                           envelope=cfg.profiles_envelope)
+                           envelope=cfg.profiles_envelope, from_savepoint=sp)
     enriched = latest_join(
         txns.select("user_id", "txn_id", "card_id", "amount", "lat", "lon", "city",
                     "event_time"),
-        profiles.select("user_id", "avg_amount", "std_amount"), on=["user_id"])
+        profiles.select("user_id", "avg_amount", "std_amount"), on=["user_id"],
+        from_savepoint=sp)
     flat = enriched.select("left.*", F.col("right.avg_amount").alias("avg_amount"),
                            F.col("right.std_amount").alias("std_amount"))
-    out = detect(flat, cfg.thresholds, cfg.watermark, cfg.allowed_lateness)
+    out = detect(flat, cfg.thresholds, cfg.watermark, cfg.allowed_lateness, sp)
     return out.observe("out", F.count(F.when(F.col("kind") == "alert", 1)).alias("alerts"),
                        F.count(F.when(F.col("kind") == "late", 1)).alias("late"))
 
 
 def detect(txns: DataFrame, thresholds: Thresholds, watermark: str,
-           allowed_lateness: str) -> DataFrame:
+           allowed_lateness: str, from_savepoint: Savepoint | str | Path | None = None
+           ) -> DataFrame:
     """The per-card detector over enriched transactions (``card_id``, ``txn_id``,
     ``user_id``, ``amount``, ``lat``, ``lon``, ``city``, ``event_time``, ``avg_amount``,
     ``std_amount``; more columns ride along into late rows' ``event``): rows of
-    ``OUTPUT_DDL``, ``kind`` alert or late."""
-    marked = with_spark_watermark(txns, "event_time", watermark)
+    ``OUTPUT_DDL``, ``kind`` alert or late. ``from_savepoint``: start from a savepoint's
+    cards (the thresholds and the lateness may change)."""
+    lateness = duration_ms(allowed_lateness)
+    params: dict[str, Any] = {"key": "card_id", "buckets": DEFAULT_BUCKETS,
+                              "allowed_lateness_ms": lateness}
+    initial, resume = None, None
+    if from_savepoint is not None:
+        initial, resume = Savepoint.of(from_savepoint).resume(
+            txns.sparkSession, operator=detector.OPERATOR, family=(detector.OPERATOR,),
+            version=detector.STATE_VERSION, params=params, fixed=_FIXED, key_column=BUCKET)
+    marked = with_spark_watermark(txns, "event_time", watermark, resume)
     bucket = F.pmod(F.xxhash64("card_id"), F.lit(DEFAULT_BUCKETS)).alias(BUCKET)
     return marked.select("*", bucket).groupBy(BUCKET).transformWithStateInPandas(
-        FraudDetector(thresholds, duration_ms(allowed_lateness)), OUTPUT_DDL, "Append",
-        "EventTime")
+        FraudDetector(thresholds, lateness, params, resume), OUTPUT_DDL, "Append",
+        "EventTime", initialState=initial)
+
+
+_FIXED = {"key": "the detector's state is kept per card",
+          "buckets": "cards are hashed into that many buckets"}
 
 
 def to_sink_rows(out: DataFrame, topics: PipelineTopics) -> DataFrame:
@@ -116,7 +142,16 @@ def to_sink_rows(out: DataFrame, topics: PipelineTopics) -> DataFrame:
 
 def start(spark: SparkSession, cfg: PipelineConfig, query_name: str = "fraud") -> StreamingQuery:
     """Start the pipeline; returns the running query. Needs ``headrace.spark.register`` and
-    ``headrace.streaming.configure`` on ``spark``."""
+    ``headrace.streaming.configure`` on ``spark``. With ``cfg.from_savepoint``, refuses
+    (``IncompatibleStateError``) a checkpoint that is not fresh, and a savepoint whose
+    query wrote output after it (``Savepoint.verify_sink``): either would break
+    exactly-once across the switch."""
+    if cfg.from_savepoint:
+        if any(Path(cfg.checkpoint, "commits").glob("[0-9]*")):
+            raise IncompatibleStateError(
+                f"checkpoint {cfg.checkpoint} has committed batches: a query starts from a "
+                "savepoint with a fresh checkpoint")
+        Savepoint(cfg.from_savepoint).verify_sink(cfg.bootstrap_servers)
     writer = (to_sink_rows(detections(spark, cfg), cfg.topics).writeStream
               .format("headrace").queryName(query_name)
               .option("kafka.bootstrap.servers", cfg.bootstrap_servers)

@@ -1,0 +1,151 @@
+"""Writing a savepoint: a committed batch's operator state, offsets, watermark and sink
+markers, into a folder that appears whole or not at all.
+
+Everything is written into a hidden sibling folder (``.<name>.partial-<random>``) and
+renamed to the savepoint's name once the manifest is on disk: a rename within one
+directory is atomic, so a writer killed at any point (kill -9 included) leaves the
+savepoint complete or absent, never half-written; at worst a partial folder, which no
+reader takes for a savepoint (it has no manifest under the savepoint's name).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pyspark
+from pyspark.sql import SparkSession
+
+import headrace
+from headrace.savepoints.checkpoint import committed_batch
+from headrace.savepoints.errors import SavepointError
+from headrace.savepoints.manifest import (
+    FORMAT_VERSION,
+    MANIFEST,
+    Manifest,
+    Operator,
+    StateVariable,
+)
+from headrace.savepoints.markers import sink_markers
+from headrace.savepoints.state import LEGACY_VERSION, count_keys, decode
+
+# Spark's physical operators that are transformWithState (Scala, Python, pandas flavours).
+_TWS = ("transformWithStateExec", "transformWithStateInPandasExec",
+        "transformWithStateInPySparkExec")
+
+
+def _size(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _describe(file: Path) -> tuple[int, int, dict[str, Any] | None]:
+    """Rows, keys and the header of a state variable's Parquet (values pickled by
+    headrace's operators; another value counts one key per row, no header)."""
+    table = pq.read_table(file)
+    if "keys" not in table.column_names:
+        return table.num_rows, table.num_rows, None
+    keys = 0
+    head: dict[str, Any] | None = None
+    for value in table.column("keys").to_pylist():
+        if value is None:
+            continue
+        held, _, found = decode(value)
+        head = head or found
+        keys += count_keys((found or {}).get("operator", ""), held)
+    return table.num_rows, keys, head
+
+
+def create(spark: SparkSession, checkpoint: str | Path, output: str | Path, *,
+           batch_id: int | None = None, bootstrap_servers: str | None = None,
+           client_configs: dict[str, str] | None = None) -> Manifest:
+    """Write a savepoint of the query whose checkpoint is ``checkpoint`` into ``output``
+    (which must not exist), as of its last committed batch (or ``batch_id``). The query
+    may be running: what is read is the committed batch, which nothing changes any more.
+    With ``bootstrap_servers`` the exactly-once sink's markers are recorded too.
+
+    Blocks while Spark reads the state (one job per state variable). Raises
+    ``SavepointError`` for a checkpoint without a committed batch, an existing output,
+    or an operator whose state a savepoint cannot carry (Spark's own aggregations and
+    joins: their state is not transformWithState's, so no query could start from it).
+    """
+    out = Path(output)
+    if out.exists():
+        raise SavepointError(f"{out} exists; a savepoint is written to a new folder")
+    batch = committed_batch(checkpoint, batch_id)
+    meta = spark.read.format("state-metadata").option("batchId", batch.batch_id) \
+        .load(str(batch.path)).collect()
+    for row in meta:
+        if row.operatorName not in _TWS:
+            raise SavepointError(
+                f"operator {row.operatorId} ({row.operatorName}) keeps Spark's own state, "
+                "which a query cannot start from; savepoints carry transformWithState "
+                "operators (every headrace operator but interval_join)")
+    sink = sink_markers(bootstrap_servers, batch.query_id, client_configs) \
+        if bootstrap_servers else {}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.partial-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        operators = [_copy_operator(spark, batch.path, batch.batch_id, row, tmp)
+                     for row in sorted(meta, key=lambda r: r.operatorId)]
+        manifest = Manifest(
+            format_version=FORMAT_VERSION,
+            created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            checkpoint=str(batch.path), query_id=batch.query_id, batch_id=batch.batch_id,
+            shuffle_partitions=batch.shuffle_partitions, watermark_ms=batch.watermark_ms,
+            sources=batch.sources, operators=tuple(operators), sink=sink,
+            headrace_version=headrace.__version__, spark_version=pyspark.__version__)
+        with open(tmp / MANIFEST, "w") as f:
+            f.write(manifest.to_json())
+            f.flush()
+            os.fsync(f.fileno())
+        _fsync(tmp)
+        os.rename(tmp, out)
+        _fsync(out.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return manifest
+
+
+def _copy_operator(spark: SparkSession, checkpoint: Path, batch_id: int, row: Any,
+                   tmp: Path) -> Operator:
+    props = json.loads(row.operatorProperties or "{}")
+    names = [v["stateName"] for v in props.get("stateVariables", [])
+             if not v["stateName"].startswith("$")]  # timers: kept in headrace's values
+    variables = []
+    key_schema: dict[str, Any] = {}
+    head: dict[str, Any] | None = None
+    for name in names:
+        df = spark.read.format("statestore").option("operatorId", row.operatorId) \
+            .option("stateVarName", name).option("batchId", batch_id).load(str(checkpoint))
+        key_schema = json.loads(df.schema["key"].dataType.json())
+        file = f"operators/{row.operatorId}/{name}.parquet"
+        df.select("key.*", "value.*").coalesce(1).write.parquet(str(tmp / file))
+        # Hadoop's local checksums: a savepoint is plain Parquet, which other tools may
+        # read or rewrite (a stale .crc would then fail Spark's read)
+        for crc in (tmp / file).glob(".*.crc"):
+            crc.unlink()
+        rows, keys, found = _describe(tmp / file)
+        head = head or found
+        variables.append(StateVariable(name, file, rows, keys, _size(tmp / file)))
+    head = head or {}
+    return Operator(operator_id=row.operatorId, spark_operator=row.operatorName,
+                    name=head.get("operator", ""),
+                    schema_version=int(head.get("version", LEGACY_VERSION)),
+                    params=head.get("params", {}), key_schema=key_schema,
+                    partitions=row.numPartitions, variables=tuple(variables))

@@ -1,0 +1,81 @@
+"""What a stateful operator's stored value says about itself, and how a processor resumes.
+
+Every headrace operator keeps one pickled value per bucket of keys (``headrace.streaming.
+buckets``): ``(keys, timer, header)``. The header, compact JSON, names the operator, its
+state schema version and the parameters its state depends on; a value of two items was
+written before headers, by schema version 1. This module is the one place that format is
+read, below both the operators and the savepoints that copy their state.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from collections.abc import Callable, Sequence
+from typing import Any
+
+Migration = Callable[[Any, "int | None"], "tuple[Any, int | None]"]
+"""One step of a state migration: a bucket's ``(keys, timer)`` in an operator's schema
+version n to the same in version n + 1 (registered in ``migrations``)."""
+
+LEGACY_VERSION = 1
+"""The schema version of a value written before headers."""
+
+
+def header(operator: str, version: int, params: dict[str, Any]) -> str:
+    """The header of ``operator``'s values: compact JSON with sorted keys."""
+    return json.dumps({"operator": operator, "version": version, "params": params},
+                      sort_keys=True, separators=(",", ":"))
+
+
+def decode(value: bytes) -> tuple[Any, int | None, dict[str, Any] | None]:
+    """A stored value's keys, timer and header (None: written before headers)."""
+    stored = pickle.loads(value)
+    return stored[0], stored[1], json.loads(stored[2]) if len(stored) > 2 else None
+
+
+def count_keys(operator: str, keys: Any) -> int:
+    """How many keys one bucket's value holds, by the operator's layout."""
+    if not keys:
+        return 0
+    if operator == "windowed.columnar":  # columns: k0..kn per (key, window) row
+        columns = [v for c, v in keys.items() if c[0] == "k" and c[1:].isdigit()]
+        return len(set(zip(*columns, strict=True))) if columns else 1
+    if operator == "temporal_join" or "vk" in keys:
+        return len(set(keys["vk"].tolist()) | set(keys["pk"].tolist()))
+    return len(keys)
+
+
+class Resume:
+    """How a processor starts from a savepoint: the watermark the savepoint's query had
+    reached (a floor under Spark's, which a new query builds up from nothing) and the
+    migrations from the savepoint's schema version to the processor's, oldest first.
+    Picklable: it travels to the Python workers with the processor."""
+
+    def __init__(self, watermark_ms: int = 0, migrations: Sequence[Migration] = ()) -> None:
+        self.watermark_ms = watermark_ms
+        self.migrations = tuple(migrations)
+
+
+def per_key(operator: str, keys: Any) -> list[tuple[Any, Any]]:
+    """One bucket's value as (key, its state) pairs, by the operator's layout: what
+    ``headrace savepoint inspect --operator`` shows."""
+    if not keys:
+        return []
+    if operator == "windowed.columnar" or ("start" in keys and "emitted" in keys):
+        names = sorted(c for c in keys if c[0] == "k" and c[1:].isdigit())
+        rows: dict[Any, list[dict[str, Any]]] = {}
+        for i in range(len(keys["start"])):
+            key = tuple(keys[c][i] for c in names)
+            rows.setdefault(key, []).append(
+                {c: keys[c][i].item() if hasattr(keys[c][i], "item") else keys[c][i]
+                 for c in keys if c not in names})
+        return list(rows.items())
+    if "vk" in keys:  # temporal_join's columns
+        held: dict[Any, dict[str, Any]] = {}
+        for k, t, row in zip(keys["vk"], keys["vt"], keys["vr"], strict=True):
+            held.setdefault(k, {"versions": {}, "pending": []})["versions"][int(t)] = row
+        for k, t, event in zip(keys["pk"], keys["pt"], keys["pe"], strict=True):
+            held.setdefault(k, {"versions": {}, "pending": []})["pending"].append((int(t), event))
+        return list(held.items())
+    return list(keys.items())

@@ -1,0 +1,115 @@
+"""The checkpoint compatibility corpus: small checkpoints and savepoints written by this
+version's stateful operators, kept in ``tests/savepoints/corpus`` and restored by
+``test_corpus.py``. ``scripts/savepoint_corpus.py`` writes them; a later change that
+cannot restore one must ship a migration (``headrace.savepoints.migrations``), not
+regenerate the corpus.
+
+Each case: a topic, its events in two steps, and the query. The corpus holds, per case,
+the checkpoint after the first step (``checkpoint/``), a savepoint of it (``savepoint/``)
+and what the query emits for the second step (``expected.json``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame
+
+from headrace.pipelines.fraud.pipeline import detect
+from headrace.pipelines.fraud.rules import Thresholds
+from headrace.savepoints import Savepoint
+from headrace.streaming import approx_distinct, count, sliding, sum_of, tumbling, windowed
+from tests.streaming.harness import MINUTE, T0
+
+CORPUS = Path(__file__).with_name("corpus")
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    schema: str
+    steps: tuple[list[dict[str, Any]], list[dict[str, Any]]]
+    build: Callable[[DataFrame, Savepoint | None], DataFrame]
+    key: str
+
+    @property
+    def topic(self) -> str:
+        return f"corpus-{self.name}"
+
+
+def _events(start: float, end: float, keys: int, late: tuple[float, ...] = ()
+            ) -> list[dict[str, Any]]:
+    out = [{"k": f"k{i}", "ts": T0 + round((t + i / 10) * MINUTE), "amount": float(i + t),
+            "user": f"u{int(t) % 3}"}
+           for t in range(int(start), int(end), 2) for i in range(keys)]
+    return out + [{"k": "k0", "ts": T0 + round(m * MINUTE), "amount": 0.5, "user": "u9"}
+                  for m in late]
+
+
+def _txns(start: int, end: int) -> list[dict[str, Any]]:
+    """Card transactions every 20 s: card c1 flies between Paris and Oslo (impossible
+    travel, quiet for 10 minutes after each alert), c3's last is an amount anomaly, and
+    every card makes a velocity burst."""
+    out = []
+    for t in range(start, end):
+        for c in range(4):
+            out.append({"card_id": f"c{c}", "txn_id": f"t{t}-{c}", "user_id": f"u{c}",
+                        "amount": 20.0 + c + (900.0 if (t, c) == (end - 1, 3) else 0),
+                        "lat": 48.85 + (10.0 * (t % 2) if c == 1 else 0.0),
+                        "lon": 2.35, "city": "Paris" if c != 1 or t % 2 == 0 else "Oslo",
+                        "event_time": T0 + t * 20_000 + c * 1000,
+                        "avg_amount": 25.0, "std_amount": 5.0})
+    return out
+
+
+WINDOW_SCHEMA = "k string, ts long, amount double, user string"
+TXN_SCHEMA = ("card_id string, txn_id string, user_id string, amount double, lat double, "
+              "lon double, city string, event_time long, avg_amount double, "
+              "std_amount double")
+
+CASES = (
+    Case("windowed-columnar", WINDOW_SCHEMA,
+         (_events(0, 14, 3), _events(12, 30, 3, late=(1, 11))),
+         lambda df, sp: windowed(df, keys=["k"], event_time="event_time",
+                                 window=tumbling("10 minutes"),
+                                 aggs=[count(), sum_of("amount")], watermark="1 minute",
+                                 allowed_lateness="2 minutes", buckets=4,
+                                 from_savepoint=sp), "k"),
+    Case("windowed-per-event", WINDOW_SCHEMA,
+         (_events(0, 10, 2), _events(8, 20, 2, late=(1,))),
+         lambda df, sp: windowed(df, keys=["k"], event_time="event_time",
+                                 window=sliding("5 minutes"),
+                                 aggs=[count(), approx_distinct("user")],
+                                 watermark="1 minute", buckets=4, from_savepoint=sp), "k"),
+    # the second step 12 minutes on: past the rules' quiet period, within the cards' keep
+    Case("fraud-detector", TXN_SCHEMA, (_txns(0, 8), _txns(36, 42)),
+         lambda df, sp: detect(df, Thresholds(), "10 seconds", "30 seconds", sp), "card_id"),
+)
+
+
+def normalized(rows: list[dict[str, Any]]) -> list[Any]:
+    """Rows as JSON values (timestamps as text), in a fixed order: a query's output as the
+    corpus records it."""
+    plain = [json.loads(json.dumps(r, default=str, sort_keys=True)) for r in rows]
+    for r in plain:  # a late event's record timestamp is when it was produced
+        if isinstance(r.get("event"), str) and "kafka_timestamp" in r["event"]:
+            r["event"] = json.dumps({k: v for k, v in json.loads(r["event"]).items()
+                                     if k != "kafka_timestamp"}, sort_keys=True)
+    return sorted(plain, key=lambda r: json.dumps(r, sort_keys=True))
+
+
+PLACEHOLDER = "{CHECKPOINT}"
+
+
+def relocate(checkpoint: Path, old: str, new: str) -> None:
+    """Rewrite the checkpoint's own location in its operators' metadata: Spark 4.3's
+    transformWithState records its state schema files by absolute path, so a checkpoint
+    restores only where it was written (a savepoint has no such tie). The corpus keeps
+    ``PLACEHOLDER`` there."""
+    for meta in checkpoint.glob("state/*/_metadata/v2/*"):
+        if meta.is_file():
+            meta.write_text(meta.read_text().replace(f"file:{old}/", f"file:{new}/"))

@@ -49,7 +49,8 @@ def create_command(
     keys = sum(o.keys for o in manifest.operators)
     size = sum(o.bytes for o in manifest.operators)
     stdout.print(f"savepoint {escape(str(output))}: batch {manifest.batch_id}, "
-                 f"{len(manifest.operators)} operators, {keys} keys, {size} bytes")
+                 f"{len(manifest.operators)} operators, {keys} keys, {size} bytes",
+                 soft_wrap=True)
 
 
 @app.command("inspect")
@@ -83,7 +84,8 @@ def inspect_command(
     stdout.print(escape(
         f"savepoint format {m.format_version}, headrace {m.headrace_version}, Spark "
         f"{m.spark_version}, created {m.created_at}\nquery {m.query_id} batch {m.batch_id}, "
-        f"{m.shuffle_partitions} shuffle partitions, watermark {m.watermark_ms} ({watermark})"))
+        f"{m.shuffle_partitions} shuffle partitions, watermark {m.watermark_ms} ({watermark})"),
+        soft_wrap=True)
     print_listing(["operator", "name", "version", "keys", "buckets", "bytes", "partitions"],
                   [[str(o.operator_id), o.name or "(empty)", str(o.schema_version), str(o.keys),
                     str(sum(v.rows for v in o.variables)), str(o.bytes), str(o.partitions)]

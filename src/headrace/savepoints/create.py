@@ -20,6 +20,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pyspark
+from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
 import headrace
@@ -86,8 +87,12 @@ def create(spark: SparkSession, checkpoint: str | Path, output: str | Path, *,
     if out.exists():
         raise SavepointError(f"{out} exists; a savepoint is written to a new folder")
     batch = committed_batch(checkpoint, batch_id)
-    meta = spark.read.format("state-metadata").option("batchId", batch.batch_id) \
-        .load(str(batch.path)).collect()
+    try:
+        meta = spark.read.format("state-metadata").option("batchId", batch.batch_id) \
+            .load(str(batch.path)).collect()
+    except PySparkException as e:
+        raise SavepointError(f"Spark cannot read the operators of {batch.path}: "
+                             f"{str(e).splitlines()[0]}") from e
     for row in meta:
         if row.operatorName not in _TWS:
             raise SavepointError(
@@ -100,8 +105,14 @@ def create(spark: SparkSession, checkpoint: str | Path, output: str | Path, *,
     tmp = out.parent / f".{out.name}.partial-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
-        operators = [_copy_operator(spark, batch.path, batch.batch_id, row, tmp)
-                     for row in sorted(meta, key=lambda r: r.operatorId)]
+        try:
+            operators = [_copy_operator(spark, batch.path, batch.batch_id, row, tmp)
+                         for row in sorted(meta, key=lambda r: r.operatorId)]
+        except PySparkException as e:
+            # e.g. a checkpoint moved since it was written: transformWithState's metadata
+            # names its schema files by absolute path
+            raise SavepointError(f"Spark cannot read the state of {batch.path}: "
+                                 f"{str(e).splitlines()[0]}") from e
         manifest = Manifest(
             format_version=FORMAT_VERSION,
             created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),

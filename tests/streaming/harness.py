@@ -60,7 +60,7 @@ def windows_by_key(spark: SparkSession, checkpoint: Path) -> dict[Any, int]:
     held: dict[Any, int] = {}
     for b in spark.read.format("statestore").option("stateVarName", "bucket") \
             .load(str(checkpoint)).collect():
-        columns, _timer = pickle.loads(b.value.keys)
+        columns, _timer = pickle.loads(b.value.keys)[:2]  # then the header
         for key in zip(*(v for c, v in columns.items() if c.startswith("k")), strict=True):
             held[key] = held.get(key, 0) + 1
     return held

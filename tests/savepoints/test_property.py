@@ -4,8 +4,9 @@ fraud detector (one query holds both; a savepoint then has two operators).
 An example: random transactions in two steps. The reference query runs both steps on one
 checkpoint; after the first, a savepoint of it is taken, and a second query started from
 the savepoint (other shuffle partitions) runs the second step. Both then hold the same
-state, key by key and bucket by bucket (timers too), and emitted the same rows. Few
-examples: each costs three short query runs.
+state, key by key and bucket by bucket (timers too), and emitted the same rows. One
+example per suite run (each costs three short query runs; the suite's time is scarce):
+raise ``max_examples`` to search further.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def _state(spark: SparkSession, checkpoint: Path) -> dict[Any, Any]:
     return held
 
 
-@settings(max_examples=2, deadline=None, derandomize=True,
+@settings(max_examples=1, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(first=st.lists(TXN, min_size=3, max_size=25), second=st.lists(TXN, min_size=1,
                                                                        max_size=25))

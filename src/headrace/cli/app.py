@@ -22,6 +22,7 @@ from headrace.cli import (
     bank,
     capacity,
     cdc,
+    cluster,
     console,
     groups,
     registry,
@@ -65,6 +66,7 @@ app.add_typer(cdc.app)
 app.add_typer(bank.app)
 app.add_typer(users.app)
 app.add_typer(acls.app)
+app.add_typer(cluster.app)
 app.command("registry")(registry.registry)
 app.command("capacity")(capacity.capacity)
 app.command("console")(console.console)

@@ -40,8 +40,12 @@ def create(
         ),
     ] = None,
     replication_factor: Annotated[
-        int, typer.Option("--replication-factor", "-r", min=1, help="Replicas per partition.")
-    ] = 1,
+        int | None,
+        typer.Option(
+            "--replication-factor", "-r", min=1,
+            help="Replicas per partition (default: the broker's default.replication.factor).",
+        ),
+    ] = None,
     config: Annotated[
         list[str] | None,
         typer.Option(

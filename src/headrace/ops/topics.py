@@ -80,10 +80,12 @@ class TopicAdmin(AdminSession):
         self,
         name: str,
         partitions: int | None = None,
-        replication_factor: int = 1,
+        replication_factor: int | None = None,
         configs: dict[str, str] | None = None,
     ) -> None:
-        """Create topic ``name``; ``partitions=None`` takes the broker's ``num.partitions``.
+        """Create topic ``name``; ``partitions=None`` takes the broker's ``num.partitions``
+        and ``replication_factor=None`` its ``default.replication.factor`` (CreateTopics'
+        -1), so a topic made on a replicated cluster is replicated as the cluster says.
 
         Returns once the controller created it. Not idempotent: ``TopicExistsError`` if it
         exists already.
@@ -92,7 +94,7 @@ class TopicAdmin(AdminSession):
         new_topic = NewTopic(
             name,
             num_partitions=-1 if partitions is None else partitions,
-            replication_factor=replication_factor,
+            replication_factor=-1 if replication_factor is None else replication_factor,
             config=dict(configs or {}),
         )
         futures = self._admin.create_topics(

@@ -70,7 +70,7 @@ class KafkaCluster:
     """Apache Kafka in KRaft mode: controller ``0`` and brokers ``1..brokers``.
 
     ``with KafkaCluster() as c: ... c.bootstrap_servers`` (every broker's address, comma
-    separated). ``configs`` are extra broker settings by Kafka's names, on top of the
+    separated). ``configs`` are extra settings of every node by Kafka's names, on top of the
     cluster's (``replication_factor`` -> ``default.replication.factor`` and the internal
     topics', ``min_insync_replicas`` -> ``min.insync.replicas`` and the transaction log's).
     ``data_dir``: where each node keeps its logs, properties and output (``<dir>/broker-1/
@@ -161,19 +161,26 @@ class KafkaCluster:
             "log.dirs": str(self._node_dir(node) / "logs"),
             **_FAST_FAILOVER,
         }
+        rf, isr = str(self.replication_factor), str(self.min_insync_replicas)
+        # In KRaft the controller creates topics: a CreateTopics without a replication
+        # factor or partition count (-1) gets the controller's defaults, so the durable
+        # topic defaults go to every node.
+        topic_defaults = {
+            "default.replication.factor": rf,
+            "min.insync.replicas": isr,
+            "unclean.leader.election.enable": "false",
+        }
         if node == CONTROLLER_ID:
             return {**common, "process.roles": "controller",
-                    "listeners": f"CONTROLLER://{controller}"}
-        rf, isr = str(self.replication_factor), str(self.min_insync_replicas)
+                    "listeners": f"CONTROLLER://{controller}", **topic_defaults,
+                    **self.configs}
         return {
             **common,
             "process.roles": "broker",
             "listeners": f"PLAINTEXT://{self.address(node)}",
             "advertised.listeners": f"PLAINTEXT://{self.address(node)}",
             "inter.broker.listener.name": "PLAINTEXT",
-            "default.replication.factor": rf,
-            "min.insync.replicas": isr,
-            "unclean.leader.election.enable": "false",
+            **topic_defaults,
             "offsets.topic.replication.factor": rf,
             "offsets.topic.num.partitions": "6",
             "transaction.state.log.replication.factor": rf,

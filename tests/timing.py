@@ -29,6 +29,7 @@ BUDGETS: dict[str, float] = {
     "unit": 120,
     "console": 60,
     "bench": 30,
+    "cluster": 180,
 }
 SLOWEST = 15
 # How make test spreads the work over its xdist workers (``pytest_xdist_make_scheduler``
@@ -47,8 +48,10 @@ APPS_MODULES = frozenset({
     "tests/pipelines/test_fraud_realtime.py",
     "tests/pipelines/test_fraud_demo.py",
     "tests/pipelines/test_bank_demo.py",
+    "tests/cluster/test_spark_on_clusters.py",
 })
 LONGEST_FIRST = (
+    "tests/cluster/test_failover.py",
     "tests/integration/test_transactions.py",
     "tests/cdc/test_connector.py",
     "tests/compat/test_java_client.py",

@@ -48,7 +48,8 @@ def create_topic(cluster: KafkaCluster, name: str, partitions: int = 1,
         topic = NewTopic(name, num_partitions=partitions, config=config or {})
     else:
         order = [leader, *[b for b in cluster.broker_ids if b != leader]]
-        topic = NewTopic(name, replica_assignment=[order] * partitions, config=config or {})
+        topic = NewTopic(name, num_partitions=partitions, replica_assignment=[order] * partitions,
+                         config=config or {})
     admin.create_topics([topic])[name].result(scaled(30))
     cluster.wait_for_isr([name], timeout=60)
 

@@ -175,6 +175,7 @@ def test_consumer_group_survives_a_coordinator_kill_and_rebalances(
         coordinator = described.coordinator.id
         cluster.kill(coordinator)
         _drain([first], seen, 400)
+        cluster.start_broker(coordinator, wait=False)  # back while the group goes on
         second = Consumer(settings)
         second.subscribe([topic_name], on_revoke=on_revoke)
         _drain([first, second], seen, 400, also=lambda: bool(second and second.assignment()))

@@ -50,6 +50,12 @@ def build_session(master: str, app: str, shuffle_partitions: int = 2,
     if master.startswith("local-cluster"):
         # Each worker of local-cluster[N,C,M] offers M MiB; the executor must fit in it.
         builder = builder.config("spark.executor.memory", "768m")
+    elif master.startswith("spark://"):
+        # A standalone cluster's workers (headrace.cluster.SparkCluster) offer 1 GiB and
+        # one core each: one small executor per worker, tasks retried as on any cluster.
+        builder = (builder.config("spark.executor.memory", "512m")
+                   .config("spark.executor.cores", "1")
+                   .config("spark.driver.host", os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from headrace.cluster import KafkaCluster
@@ -78,3 +78,17 @@ def read_committed(bootstrap: str, topic: str, timeout: float = 60.0) -> list[An
         return out
     finally:
         consumer.close()
+
+
+def produce(bootstrap: str, topic: str, values: list[bytes],
+             **config: Any) -> dict[bytes, KafkaError | None]:
+    """Produce each value and flush; the delivery outcome of each (None: acknowledged)."""
+    outcome: dict[bytes, KafkaError | None] = {}
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+                         **config})
+    for v in values:
+        producer.produce(topic, v, on_delivery=lambda err, msg: outcome.__setitem__(
+            msg.value(), err))
+        producer.poll(0)
+    assert producer.flush(scaled(60)) == 0
+    return outcome

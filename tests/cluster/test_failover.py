@@ -17,29 +17,15 @@ import time
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from headrace.cluster import KafkaCluster
 from headrace.registry.client import RegistryClient, RegistryClientError
 from headrace.testing import SchemaRegistryProcess, scaled
-from tests.cluster.conftest import create_topic, read_committed
+from tests.cluster.conftest import create_topic, produce, read_committed
 
 pytestmark = pytest.mark.slow
-
-
-def _produce(bootstrap: str, topic: str, values: list[bytes],
-             **config: Any) -> dict[bytes, KafkaError | None]:
-    """Produce each value and flush; the delivery outcome of each (None: acknowledged)."""
-    outcome: dict[bytes, KafkaError | None] = {}
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
-                         **config})
-    for v in values:
-        producer.produce(topic, v, on_delivery=lambda err, msg: outcome.__setitem__(
-            msg.value(), err))
-        producer.poll(0)
-    assert producer.flush(scaled(60)) == 0
-    return outcome
 
 
 def _wait_isr_size(cluster: KafkaCluster, topic: str, size: int) -> None:
@@ -56,18 +42,18 @@ def test_acks_all_with_one_broker_down_and_not_enough_replicas_with_two(
     assert sorted(cluster.partitions(topic_name)[0].replicas) == cluster.broker_ids
     first = cluster.leader(topic_name)
     before = [b"before-%d" % i for i in range(50)]
-    assert set(_produce(cluster.bootstrap_servers, topic_name, before).values()) == {None}
+    assert set(produce(cluster.bootstrap_servers, topic_name, before).values()) == {None}
 
     cluster.kill(first)  # the leader: its partition moves to a follower
     one_down = [b"one-down-%d" % i for i in range(50)]
-    outcome = _produce(cluster.bootstrap_servers, topic_name, one_down,
+    outcome = produce(cluster.bootstrap_servers, topic_name, one_down,
                        **{"enable.idempotence": True})
     assert set(outcome.values()) == {None}, outcome
     second = cluster.wait_for_leader(topic_name, not_on=first)
 
     cluster.kill(second)
     _wait_isr_size(cluster, topic_name, 1)
-    refused = _produce(cluster.bootstrap_servers, topic_name, [b"refused"],
+    refused = produce(cluster.bootstrap_servers, topic_name, [b"refused"],
                        **{"enable.idempotence": False, "retries": 0})
     error = refused[b"refused"]
     assert error is not None and error.code() == KafkaError.NOT_ENOUGH_REPLICAS, error
@@ -155,7 +141,7 @@ def test_consumer_group_survives_a_coordinator_kill_and_rebalances(
     cluster = healed
     create_topic(cluster, topic_name, partitions=3)
     values = [b"v-%04d" % i for i in range(600)]
-    assert set(_produce(cluster.bootstrap_servers, topic_name, values).values()) == {None}
+    assert set(produce(cluster.bootstrap_servers, topic_name, values).values()) == {None}
     group = f"{topic_name}-group"
     settings = {"bootstrap.servers": cluster.bootstrap_servers, "group.id": group,
                 "enable.auto.commit": False, "auto.offset.reset": "earliest",
@@ -180,7 +166,7 @@ def test_consumer_group_survives_a_coordinator_kill_and_rebalances(
         second.subscribe([topic_name], on_revoke=on_revoke)
         _drain([first, second], seen, 400, also=lambda: bool(second and second.assignment()))
         more = [b"v-%04d" % i for i in range(600, 900)]
-        assert set(_produce(cluster.bootstrap_servers, topic_name, more).values()) == {None}
+        assert set(produce(cluster.bootstrap_servers, topic_name, more).values()) == {None}
         values += more
         _drain([first, second], seen, len(values))
         after = admin.describe_consumer_groups([group])[group].result(scaled(30))

@@ -11,6 +11,8 @@ restarts the cluster on its data, at the same addresses.
 
 from __future__ import annotations
 
+import contextlib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Annotated
 
@@ -50,16 +52,29 @@ def up(
     _refuse_running(state_dir)
     kafka = KafkaCluster(brokers, replication_factor, min_insync_replicas,
                          data_dir=state_dir / "kafka", fast_jvm=False)
-    kafka.start(detach=True)
-    stdout.print(f"Kafka bootstrap servers: {kafka.bootstrap_servers}")
-    if spark_workers:
-        spark = SparkCluster(spark_workers, worker_memory=worker_memory,
-                             data_dir=state_dir / "spark")
+    spark = SparkCluster(spark_workers, worker_memory=worker_memory,
+                         data_dir=state_dir / "spark") if spark_workers else None
+    # The two start side by side (each is mostly JVMs starting); a failure of either
+    # stops both.
+    with ThreadPoolExecutor(1) as pool:
+        spark_started = pool.submit(spark.start, True) if spark else None
         try:
-            spark.start(detach=True)
-        except ClusterError:
+            kafka.start(detach=True)
+        except BaseException:
+            if spark_started is not None:
+                with contextlib.suppress(ClusterError):
+                    spark_started.result()
+                if spark is not None:
+                    spark.stop()
+            raise
+        try:
+            if spark_started is not None:
+                spark_started.result()
+        except BaseException:
             kafka.stop()
             raise
+    stdout.print(f"Kafka bootstrap servers: {kafka.bootstrap_servers}")
+    if spark is not None:
         stdout.print(f"Spark master URL: {spark.master_url}")
     stdout.print(f"Stop with: headrace cluster down --dir {state_dir}")
 

@@ -63,6 +63,9 @@ class SparkCluster:
     def _env(self) -> dict[str, str]:
         return {**os.environ, "SPARK_HOME": str(self.spark_home()),
                 "SPARK_DAEMON_MEMORY": self.daemon_memory, "SPARK_LOCAL_IP": self.host,
+                # the master and workers do little work: C1 and the serial collector start
+                # them sooner and keep them small
+                "SPARK_DAEMON_JAVA_OPTS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
                 "SPARK_NO_DAEMONIZE": "1",
                 "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
 

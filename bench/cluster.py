@@ -26,6 +26,7 @@ The brokers run with C2 (``fast_jvm=False``) and the cluster's 500 ms heartbeat 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import threading
 import time
@@ -147,6 +148,9 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=300_000)
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
+    load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average at start "
+          f"{load} (1 / 5 / 15 min)")
     with KafkaCluster(fast_jvm=False, heap="512m") as cluster:
         print(f"cluster: {cluster.bootstrap_servers}")
         throughput(cluster, args.records, args.runs)

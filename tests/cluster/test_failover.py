@@ -7,12 +7,16 @@ real clients: acks=all producers, the schema registry, a consumer group.
 - ``headrace registry`` creates ``_schemas`` replicated three times and keeps its ids
   unique while the leader of ``_schemas`` is killed and restarted;
 - a consumer group whose coordinator is killed finds the new one, rebalances when a
-  second member joins, and consumes every record exactly once (commits after each batch).
+  second member joins, and consumes every record exactly once (commits after each batch);
+- ``headrace topics create`` without ``--replication-factor`` makes a topic replicated as
+  the cluster's ``default.replication.factor`` says.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -177,3 +181,15 @@ def test_consumer_group_survives_a_coordinator_kill_and_rebalances(
         if second is not None:
             second.close()
     assert sorted(seen) == values, (len(seen), len(set(seen)))
+
+
+def test_topics_create_takes_the_cluster_default_replication_factor(
+        kafka_cluster: KafkaCluster, topic_name: str) -> None:
+    """``headrace topics create NAME --partitions 2`` on a cluster with
+    ``default.replication.factor=3`` makes a replicated topic (it sent 1 before)."""
+    cmd = [sys.executable, "-m", "headrace", "topics", "create", topic_name, "-p", "2",
+           "-b", kafka_cluster.bootstrap_servers]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=scaled(60), check=False)
+    assert done.returncode == 0, done.stderr
+    assert [sorted(p.replicas) for p in kafka_cluster.partitions(topic_name).values()] \
+        == [kafka_cluster.broker_ids] * 2

@@ -113,3 +113,11 @@ def test_exactly_once_query_on_a_spark_cluster_survives_a_leader_kill(
     assert got == want, (f"{len(out)} records for {RECORDS}: {len(want - got)} missing, "
                          f"{len(got - want)} extra")
     cluster.wait_for_brokers()
+
+
+@pytest.mark.parametrize("command", ["status", "down"])
+def test_no_cluster_in_the_directory_is_a_one_line_error(command: str, tmp_path: Path) -> None:
+    done = _cli(command, "--dir", str(tmp_path))
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()]
+    assert f"no cluster in {tmp_path}" in done.stderr

@@ -11,6 +11,7 @@ command line (``/proc``), so a pid reused by an unrelated process is never signa
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import socket
@@ -41,7 +42,8 @@ class NodeProcess:
 
     def start(self, detach: bool = False) -> None:
         """Launch the process (returns at once; see ``wait_ready``). ``detach``: in a
-        session of its own, so it outlives this process and its terminal's signals."""
+        session of its own, so it outlives this process and its terminal's signals;
+        otherwise it is killed when the thread that started it ends."""
         if self.alive():
             raise ClusterError(f"{self.name} is already running (pid {self.pid})")
         self.log.parent.mkdir(parents=True, exist_ok=True)
@@ -49,7 +51,8 @@ class NodeProcess:
         with open(self.log, "ab") as out:
             self._popen = subprocess.Popen(self.cmd, stdout=out, stderr=subprocess.STDOUT,
                                            stdin=subprocess.DEVNULL, env=self.env,
-                                           start_new_session=detach)
+                                           start_new_session=detach,
+                                           preexec_fn=None if detach else _die_with_parent)
         self.pid = self._popen.pid
 
     def adopt(self, pid: int) -> None:
@@ -127,6 +130,17 @@ class NodeProcess:
                 return False
             time.sleep(0.05)
         return True
+
+
+def _die_with_parent() -> None:
+    """In the child before ``exec``: SIGKILL this process when the thread that started it
+    ends (Linux ``PR_SET_PDEATHSIG``), so a test run killed by its timeout leaves no JVM
+    behind. Detached processes (``headrace cluster up``) are meant to outlive it."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+_PR_SET_PDEATHSIG = 1
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -115,7 +115,7 @@ def status(state_dir: StateDir = DEFAULT_DIR) -> None:
 
 @app.command("down")
 def down(state_dir: StateDir = DEFAULT_DIR) -> None:
-    """Stop every process ``up`` started in DIR (cleanly; the data stays)."""
+    """Stop every process `up` started in DIR (cleanly; the data stays)."""
     found = False
     if (state_dir / "spark" / SPARK_STATE).exists():
         SparkCluster.attach(state_dir / "spark").stop()

@@ -18,8 +18,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceStreamReader
 from pyspark.sql.types import StructType
 
-from headrace.spark import HeadraceDataSource
-from headrace.spark import metadata
+from headrace.spark import HeadraceDataSource, metadata
 from headrace.spark.options import parse_source_options
 from headrace.spark.reading import select_columns
 from headrace.spark.source import StreamReader

@@ -435,7 +435,8 @@ def dead_letter_batches(dead: list[tuple[bytes | None, bytes | None, list[Any]]]
 def read_events(spark: SparkSession, topic: str, schema: StructType | str, *,
                 event_time: str, dead_letter_topic: str, streaming: bool = True,
                 schema_registry_url: str = "", envelope: str = "",
-                options: Mapping[str, str] | None = None, **more: str) -> DataFrame:
+                options: Mapping[str, str] | None = None, source: str = "headrace",
+                **more: str) -> DataFrame:
     """A (streaming, by default) DataFrame of typed events from JSON values of ``topic``,
     or, with ``schema_registry_url``, from values in the registry's wire format (Avro, JSON
     Schema, Protobuf; each decoded with its writer's schema and projected onto ``schema``;
@@ -444,13 +445,15 @@ def read_events(spark: SparkSession, topic: str, schema: StructType | str, *,
 
     ``options`` (and keyword arguments) are the source's; ``kafka_bootstrap_servers=...``
     may be spelled with underscores for ``kafka.bootstrap.servers``, as any ``kafka.*``.
-    Requires ``headrace.spark.register(spark)`` first.
+    ``source`` names the registered data source that reads: ``headrace`` or a subclass of
+    ``HeadraceDataSource`` registered under its own name. Requires
+    ``headrace.spark.register(spark)`` first.
     """
     # DDL is parsed here, on the driver: the data source's own process has no JVM.
     text = (schema if isinstance(schema, StructType) else _ddl(schema)).json()
     event_spec(text, event_time, dead_letter_topic, schema_registry_url, envelope)  # fail here
     reader = spark.readStream if streaming else spark.read
-    fmt = reader.format("headrace").option("subscribe", topic).option("valueSchema", text) \
+    fmt = reader.format(source).option("subscribe", topic).option("valueSchema", text) \
         .option("eventTime", event_time).option("deadLetterTopic", dead_letter_topic)
     if schema_registry_url:
         fmt = fmt.option("schemaRegistryUrl", schema_registry_url)

@@ -13,7 +13,7 @@ import time
 from pyspark.sql import SparkSession
 
 from headrace.spark import register
-from headrace.spark.session import kafka_connector_jars, realtime_jars
+from headrace.spark.session import jvm_start_options, kafka_connector_jars, realtime_jars
 from headrace.testing import scaled
 
 
@@ -41,9 +41,10 @@ def build_session(master: str, app: str, shuffle_partitions: int = 2,
                .config("spark.sql.streaming.stopTimeout", f"{round(scaled(20))}s")
                .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
                .config("spark.driver.memory", "1g"))
-    if fast_jvm:
-        builder = (builder.config("spark.driver.extraJavaOptions", FAST_JVM_START)
-                   .config("spark.executor.extraJavaOptions", FAST_JVM_START))
+    options = " ".join(o for o in (FAST_JVM_START if fast_jvm else "", jvm_start_options()) if o)
+    if options:
+        builder = (builder.config("spark.driver.extraJavaOptions", options)
+                   .config("spark.executor.extraJavaOptions", options))
     connector = kafka_connector_jars() + realtime_jars() if kafka_connector else []
     if connector:
         builder = builder.config("spark.jars", ",".join(connector))

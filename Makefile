@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test setup lint typecheck bench clean
 
-setup: $(STAMP) .stamp-system jvm/lib/.stamp
+setup: $(STAMP) .stamp-system jvm/lib/.stamp .tools/bin/weed
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -26,6 +26,10 @@ $(STAMP): pyproject.toml
 JVM_SOURCES := $(shell find jvm -name pom.xml -o -name '*.java' 2>/dev/null)
 jvm/lib/.stamp: $(JVM_SOURCES) scripts/setup-jvm.sh $(STAMP)
 	@if bash scripts/setup-jvm.sh; then touch jvm/lib/.stamp; else echo "continuing without the JVM pieces" >&2; fi
+
+# SeaweedFS's weed, the S3 object store of the tiered-storage tests, built with Go.
+.tools/bin/weed: scripts/setup-weed.sh
+	@bash scripts/setup-weed.sh
 
 demo: setup
 	@PYSPARK_PYTHON=$(abspath $(BIN))/python $(BIN)/python -m headrace demo fraud

@@ -135,10 +135,10 @@ def test_kafka_checks_of_remote_topic_configs() -> None:
     on = TIERED
     with pytest.raises(InvalidConfigError, match="Tiered Storage functionality is disabled"):
         check_remote_topic_config(on, system_enable=False)
-    with pytest.raises(InvalidConfigError, match="only supports topics with cleanup.policy"):
+    with pytest.raises(InvalidConfigError, match=r"only supports topics with cleanup\.policy"):
         check_remote_topic_config(on.with_overrides({"cleanup.policy": "compact"}), True)
-    with pytest.raises(InvalidConfigError, match="Value must not be more than retention.ms "
-                                                 "property value: 1000"):
+    with pytest.raises(InvalidConfigError, match=r"Value must not be more than retention\.ms "
+                                                 r"property value: 1000"):
         check_remote_topic_config(on.with_overrides(
             {"retention.ms": "1000", "local.retention.ms": "2000"}), True)
     with pytest.raises(InvalidConfigError, match="invalid to disable remote storage"):

@@ -524,7 +524,8 @@ class SeaweedS3(_ServerProcess):
                f"-master.port.grpc={p['master.grpc']}", f"-volume.port={p['volume']}",
                f"-volume.port.grpc={p['volume.grpc']}", f"-filer.port={p['filer']}",
                f"-filer.port.grpc={p['filer.grpc']}", "-s3", f"-s3.port={p['s3']}",
-               f"-s3.port.grpc={p['s3.grpc']}", "-volume.max=20",
+               f"-s3.port.grpc={p['s3.grpc']}", "-s3.port.iceberg=0", "-s3.port.lance=0",
+               "-volume.max=20",
                "-master.volumeSizeLimitMB=64", "-metricsPort=0"]
         self.process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         text=True, cwd=self.dir)
@@ -533,8 +534,8 @@ class SeaweedS3(_ServerProcess):
         return self
 
     def _wait_s3(self) -> None:
-        """Poll until a bucket can be created and listed (the gateway answers before the
-        filer and volume servers are ready to store)."""
+        """Poll until an object can be stored (the gateway answers before the filer and
+        volume servers are ready to store; after a restart the bucket exists already)."""
         import boto3
         from botocore.config import Config
 
@@ -548,7 +549,12 @@ class SeaweedS3(_ServerProcess):
                 raise EmbeddedBrokerError("weed exited during start-up:\n"
                                           + "".join(self.output_lines()))
             try:
-                client.create_bucket(Bucket="headrace-ready")
+                try:
+                    client.create_bucket(Bucket="headrace-ready")
+                except client.exceptions.BucketAlreadyOwnedByYou:
+                    pass
+                except client.exceptions.BucketAlreadyExists:
+                    pass
                 client.put_object(Bucket="headrace-ready", Key="ready", Body=b"1")
                 client.close()
                 return

@@ -4,7 +4,7 @@ record is read back by offset and by time, with transactions (aborted batches in
 tiered part, read_committed and read_uncommitted), ListOffsets' earliest / earliest-local
 / latest-tiered specs, DeleteRecords into the tiered part; ``kill -9`` of the broker in
 the middle of a copy and of a remote deletion loses, duplicates and orphans nothing; the
-store stopped for a while: copies wait and retry, hot reads go on, cold reads answer the
+store unreachable for a while: copies wait and retry, hot reads go on, cold reads answer the
 retriable KAFKA_STORAGE_ERROR and then succeed.
 """
 
@@ -25,6 +25,7 @@ from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
 
 from headrace.testing import EmbeddedBroker, SeaweedS3, scaled, weed_binary
 from tests.integration.rawclient import RawClient
+from tests.integration.tcp_gate import TcpGate
 from tests.integration.test_cli import cli, ok
 from tests.integration.txn_support import wait_for
 
@@ -43,12 +44,13 @@ def s3() -> Iterator[SeaweedS3]:
         yield store
 
 
-def tiered_broker(store: SeaweedS3, bucket: str) -> EmbeddedBroker:
+def tiered_broker(store: SeaweedS3, bucket: str, endpoint: str | None = None) -> EmbeddedBroker:
+    endpoint = endpoint or store.endpoint
     return EmbeddedBroker(extra_args=[
         "--log-retention-check-interval-ms", "100",
         "--config", "remote.log.storage.system.enable=true",
         "--config", "headrace.remote.storage.kind=s3",
-        "--config", f"headrace.remote.storage.s3.endpoint={store.endpoint}",
+        "--config", f"headrace.remote.storage.s3.endpoint={endpoint}",
         "--config", f"headrace.remote.storage.s3.bucket={bucket}",
         "--config", "headrace.remote.storage.s3.access.key=any",
         "--config", "headrace.remote.storage.s3.secret.key=any",
@@ -322,13 +324,15 @@ def fetch_error(bootstrap: str, topic: str, offset: int) -> tuple[int, int]:
 
 
 def test_object_store_outage(s3: SeaweedS3) -> None:
-    with tiered_broker(s3, "outage") as broker:
+    """The store unreachable from the broker for a while (a gate between them shut)."""
+    gate = TcpGate(("127.0.0.1", int(s3.endpoint.rsplit(":", 1)[1]))).open()
+    with tiered_broker(s3, "outage", f"http://127.0.0.1:{gate.port}") as broker:
         bootstrap = broker.bootstrap_servers
         create(bootstrap, "flaky", SEGMENT)
         produce_plain(bootstrap, "flaky", 40)
         wait_tiered(bootstrap, "flaky", 20)
         tiered_before = list_offset(bootstrap, "flaky", LATEST_TIERED)
-        s3.stop()
+        gate.close()
         try:
             # Appends and hot reads carry on; cold reads fail retriably; copies wait.
             produce_plain(bootstrap, "flaky", 40, first=40)
@@ -340,7 +344,7 @@ def test_object_store_outage(s3: SeaweedS3) -> None:
             assert metric(broker, "headrace_remote_copy_lag_segments") > 0
             assert metric(broker, "headrace_remote_fetch_errors_total") >= 1
         finally:
-            s3.start()
+            gate.open()
         wait_tiered(bootstrap, "flaky", 60)
         _code, size = wait_for("a cold read after the outage",
                               lambda: (r := fetch_error(bootstrap, "flaky", 0))[0] == 0 and r)

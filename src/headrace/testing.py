@@ -525,7 +525,7 @@ class SeaweedS3(_ServerProcess):
                f"-volume.port.grpc={p['volume.grpc']}", f"-filer.port={p['filer']}",
                f"-filer.port.grpc={p['filer.grpc']}", "-s3", f"-s3.port={p['s3']}",
                f"-s3.port.grpc={p['s3.grpc']}", "-s3.port.iceberg=0", "-s3.port.lance=0",
-               "-volume.max=20",
+               "-volume.max=100",
                "-master.volumeSizeLimitMB=64", "-metricsPort=0"]
         self.process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         text=True, cwd=self.dir)

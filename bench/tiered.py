@@ -41,6 +41,7 @@ from kafka import TopicPartition as KpTopicPartition
 from headrace.testing import EmbeddedBroker, SeaweedS3
 
 RECORD = 1024
+SEGMENT = 16 * 1024 * 1024
 TOPIC = "tiered-bench"
 
 
@@ -108,7 +109,7 @@ def main() -> None:
             bootstrap = broker.bootstrap_servers
             admin = AdminClient({"bootstrap.servers": bootstrap})
             admin.create_topics([NewTopic(TOPIC, 1, 1, config={
-                "segment.bytes": str(16 * 1024 * 1024)})])[TOPIC].result(30)
+                "segment.bytes": str(SEGMENT)})])[TOPIC].result(30)
             mb = count * RECORD / 1e6
             produce_s = produce(bootstrap, count)
             end = offsets(bootstrap)[-1]
@@ -124,7 +125,8 @@ def main() -> None:
             admin.incremental_alter_configs([resource])[resource].result(30)
             while True:
                 o = offsets(bootstrap)
-                if o[-5] >= 0 and o[-4] == o[-5] + 1:
+                # every closed segment copied and deleted locally: only the active one left
+                if o[-5] >= 0 and o[-4] == o[-5] + 1 and end - o[-4] <= SEGMENT // RECORD:
                     break
                 time.sleep(0.05)
             copy_s = time.perf_counter() - started

@@ -253,6 +253,10 @@ def test_tiered_reads_by_offset_time_and_transaction(s3: SeaweedS3) -> None:
         assert "Remote log storage only supports topics with cleanup.policy=delete" in str(
             info.value)
 
+        # A deleted tiered topic's objects go too.
+        admin.delete_topics(["cold"])["cold"].result(scaled(10))
+        wait_for("the deleted topic's objects removed", lambda: not objects(s3, "reads"))
+
 
 def wait_dead(broker: EmbeddedBroker) -> None:
     assert broker.process is not None

@@ -71,8 +71,11 @@ class RemoteTier:
         self.config = config
         self.logs = logs
         self.store: RemoteStorage = config.open_store()
-        self.reader = RemoteReader(self.store, config.chunk_bytes, config.cache_bytes)
         self._readers = ThreadPoolExecutor(config.reader_threads, "remote-reader")
+        # read-ahead on its own thread, so it never delays a fetch waiting for a reader
+        self._prefetcher = ThreadPoolExecutor(1, "remote-read-ahead")
+        self.reader = RemoteReader(self.store, config.chunk_bytes, config.cache_bytes,
+                                   read_ahead=self._prefetcher)
         self._copier = ThreadPoolExecutor(1, "remote-copier")
         self.stats = TieringStats()
         self.wake = asyncio.Event()
@@ -221,5 +224,6 @@ class RemoteTier:
 
     def close(self) -> None:
         self._readers.shutdown(wait=False, cancel_futures=True)
+        self._prefetcher.shutdown(wait=False, cancel_futures=True)
         self._copier.shutdown(wait=False, cancel_futures=True)
         self.store.close()

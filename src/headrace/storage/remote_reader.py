@@ -3,7 +3,10 @@ a bounded cache of fixed-size chunks of the stored objects.
 
 A read locates its batch with the segment's offset index (fetched once, cached like a
 chunk), then cuts whole batches out of cached ``chunk_bytes`` ranges of the log object,
-so consumers reading a cold partition in order fetch each chunk from the store once.
+so consumers reading a cold partition in order fetch each chunk from the store once; with
+a ``read_ahead`` executor, each read also starts fetching the next ``READ_AHEAD_CHUNKS``
+chunks of the segment, so a consumer reading in order mostly finds them cached. A chunk
+being fetched is fetched once: other readers wait for it.
 Thread-safe: the broker calls it from its remote-reader worker threads, never from the
 event loop (every call may block on the store). Errors of the store raise
 ``RemoteStorageError``.
@@ -11,11 +14,13 @@ event loop (every call may block on the store). Errors of the store raise
 
 from __future__ import annotations
 
+import contextlib
 import struct
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
+from concurrent.futures import Executor
 from dataclasses import dataclass
 
 from headrace.protocol.errors import ProtocolError
@@ -29,6 +34,7 @@ from headrace.protocol.records import (
 from headrace.storage.remote_metadata import RemoteSegment
 from headrace.storage.remote_store import RemoteStorage, RemoteStorageError
 
+READ_AHEAD_CHUNKS = 2
 _OFFSET_ENTRY = struct.Struct(">II")
 _TIME_ENTRY = struct.Struct(">qI")
 
@@ -50,8 +56,11 @@ class RemoteReader:
     """Reads remote segments of any partition; ``cache_bytes`` bounds the chunk cache."""
 
     def __init__(self, store: RemoteStorage, chunk_bytes: int = 1024 * 1024,
-                 cache_bytes: int = 64 * 1024 * 1024) -> None:
+                 cache_bytes: int = 64 * 1024 * 1024,
+                 read_ahead: Executor | None = None) -> None:
         self.store = store
+        self.read_ahead = read_ahead
+        self._inflight: dict[tuple[str, int], threading.Event] = {}
         self.chunk_bytes = chunk_bytes
         self.cache_bytes = cache_bytes
         self._cache: OrderedDict[tuple[str, int], bytes] = OrderedDict()
@@ -64,23 +73,44 @@ class RemoteReader:
     def _object(self, key: str, chunk: int, fetch: tuple[int, int] | None) -> bytes:
         """Chunk ``chunk`` of object ``key`` (``fetch``: its byte range; None: the whole
         object, cached under chunk -1)."""
-        with self._lock:
-            data = self._cache.get((key, chunk))
-            if data is not None:
-                self._cache.move_to_end((key, chunk))
-                self.stats.cache_hits += 1
-                return data
-        data = self.store.get(key) if fetch is None else self.store.get_range(key, *fetch)
-        with self._lock:
-            self.stats.store_gets += 1
-            self.stats.store_bytes += len(data)
-            if len(data) <= self.cache_bytes and (key, chunk) not in self._cache:
-                self._cache[(key, chunk)] = data
-                self._cached += len(data)
-                while self._cached > self.cache_bytes:
-                    _, old = self._cache.popitem(last=False)
-                    self._cached -= len(old)
+        while True:
+            with self._lock:
+                data = self._cache.get((key, chunk))
+                if data is not None:
+                    self._cache.move_to_end((key, chunk))
+                    self.stats.cache_hits += 1
+                    return data
+                pending = self._inflight.get((key, chunk))
+                if pending is None:
+                    mine = self._inflight[(key, chunk)] = threading.Event()
+                    break
+            pending.wait()  # another reader fetches it; then look again (or fetch: it failed)
+        try:
+            data = self.store.get(key) if fetch is None else self.store.get_range(key, *fetch)
+            with self._lock:
+                self.stats.store_gets += 1
+                self.stats.store_bytes += len(data)
+                if len(data) <= self.cache_bytes and (key, chunk) not in self._cache:
+                    self._cache[(key, chunk)] = data
+                    self._cached += len(data)
+                    while self._cached > self.cache_bytes:
+                        _, old = self._cache.popitem(last=False)
+                        self._cached -= len(old)
+        finally:
+            with self._lock:
+                del self._inflight[(key, chunk)]
+            mine.set()
         return data
+
+    def _prefetch(self, key: str, size: int, position: int) -> None:
+        """Fetch the chunks after ``position`` into the cache (speculative: failures are
+        left to the read that needs them)."""
+        first = position // self.chunk_bytes
+        last = min(first + READ_AHEAD_CHUNKS, (size - 1) // self.chunk_bytes + 1)
+        for c in range(first, last):
+            lo = c * self.chunk_bytes
+            with contextlib.suppress(RemoteStorageError):
+                self._object(key, c, (lo, min(lo + self.chunk_bytes, size)))
 
     def _range(self, key: str, size: int, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of a log object of ``size`` bytes, from cached chunks."""
@@ -141,6 +171,8 @@ class RemoteReader:
                     break
                 end = pos + header.size
             data = self._range(key, seg.size, begin, end) if begin >= 0 else b""
+            if self.read_ahead is not None and 0 <= end < seg.size:
+                self.read_ahead.submit(self._prefetch, key, seg.size, end)
         except (RemoteStorageError, ProtocolError):
             with self._lock:
                 self.stats.errors += 1

@@ -11,6 +11,8 @@ from typing import Any, BinaryIO
 
 from headrace.storage.remote_store import RemoteObjectMissingError, RemoteStorageError
 
+MULTIPART_BYTES = 64 * 1024 * 1024
+
 
 @dataclass(frozen=True)
 class S3Settings:
@@ -66,10 +68,24 @@ class S3Storage:
         self._bucket_ready = True
 
     def put(self, key: str, source: BinaryIO, length: int) -> None:
+        """One PUT up to ``MULTIPART_BYTES``; above, a multipart upload streamed from
+        ``source`` in parts of that size (a 1 GiB segment never sits in memory whole)."""
         self._ensure_bucket()
-        body = source.read(length)
-        self._call(f"put {key}", self._client.put_object, Bucket=self.bucket, Key=key,
-                   Body=body, ContentLength=len(body))
+        if length <= MULTIPART_BYTES:
+            body = source.read(length)
+            self._call(f"put {key}", self._client.put_object, Bucket=self.bucket, Key=key,
+                       Body=body, ContentLength=len(body))
+            return
+        from boto3.exceptions import S3UploadFailedError
+        from boto3.s3.transfer import TransferConfig
+
+        config = TransferConfig(multipart_threshold=MULTIPART_BYTES,
+                                multipart_chunksize=MULTIPART_BYTES, use_threads=False)
+        try:
+            self._call(f"put {key}", self._client.upload_fileobj, Fileobj=source,
+                       Bucket=self.bucket, Key=key, Config=config)
+        except S3UploadFailedError as e:
+            raise RemoteStorageError(f"put {key}: {e}") from e
 
     def get_range(self, key: str, start: int, end: int) -> bytes:
         if end <= start:

@@ -161,7 +161,8 @@ class EmbeddedBroker(_ServerProcess):
         line = self._wait_ready(READY_PREFIX, self.start_timeout, "broker")
         self.port = int(line.strip().rsplit(":", 1)[1])
         lines = self.output_lines()
-        self.metrics_url = next((ln.strip().rsplit(" ", 1)[1] for ln in lines
+        # the last one: after a restart the kept output still holds the previous run's
+        self.metrics_url = next((ln.strip().rsplit(" ", 1)[1] for ln in reversed(lines)
                                  if ln.startswith(METRICS_PREFIX)), None)
         self.listeners = {ln.split()[3]: ln.strip().rsplit(" ", 1)[1] for ln in lines
                           if ln.startswith(LISTENER_PREFIX)}

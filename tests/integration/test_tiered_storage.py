@@ -167,6 +167,14 @@ def wait_tiered(bootstrap: str, topic: str, at_least: int) -> None:
              and list_offset(bootstrap, topic, LATEST_TIERED) >= at_least - 1)
 
 
+def wait_settled(broker: EmbeddedBroker, topic: str) -> None:
+    """Until every closed segment is in the store (no copy half done) and gone locally."""
+    bootstrap = broker.bootstrap_servers
+    wait_for("every closed segment tiered", lambda: metric(
+        broker, "headrace_remote_copy_lag_segments") == 0 and list_offset(
+        bootstrap, topic, EARLIEST_LOCAL) == list_offset(bootstrap, topic, LATEST_TIERED) + 1)
+
+
 def test_tiered_reads_by_offset_time_and_transaction(s3: SeaweedS3) -> None:
     with tiered_broker(s3, "reads") as broker:
         bootstrap = broker.bootstrap_servers
@@ -196,8 +204,7 @@ def test_tiered_reads_by_offset_time_and_transaction(s3: SeaweedS3) -> None:
         end = list_offset(bootstrap, "cold", LATEST)
         # Most of the log, aborted transactions included, is tiered and gone locally.
         wait_tiered(bootstrap, "cold", sent[60][0])
-        wait_for("every closed segment tiered", lambda: list_offset(
-            bootstrap, "cold", EARLIEST_LOCAL) == list_offset(bootstrap, "cold", LATEST_TIERED) + 1)
+        wait_settled(broker, "cold")
         assert list_offset(bootstrap, "cold", EARLIEST) == 0
         local_start = list_offset(bootstrap, "cold", EARLIEST_LOCAL)
         assert 0 < local_start < end
@@ -280,6 +287,7 @@ def test_kill_9_during_copy_and_during_remote_delete(s3: SeaweedS3) -> None:
         broker.start()
         end = offsets[-1] + 1
         wait_tiered(bootstrap, "crashy", 40)
+        wait_settled(broker, "crashy")
         # Every segment stored once, none orphaned, contiguous from 0; every record once.
         stored = remote_segments(s3, "crash", complete=True)
         assert all(len(ids) == 1 for ids in stored.values()), stored

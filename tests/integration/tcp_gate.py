@@ -1,6 +1,6 @@
 """A plain TCP forwarder that can be shut like a gate: ``close()`` drops every connection
 and refuses new ones (as a server that went away does), ``open()`` serves again on the
-same port. Tests put it between a client and a server to make the server unreachable for
+same port, ``hold()`` keeps accepting but forwards nothing (a server that hangs). Tests put it between a client and a server to make the server unreachable for
 a while without restarting it. Threads, blocking sockets; ``close``/``open`` return at
 once."""
 
@@ -19,6 +19,7 @@ class TcpGate:
         self._listener: socket.socket | None = None
         self._conns: set[socket.socket] = set()
         self._lock = threading.Lock()
+        self.holding = False
 
     def open(self) -> TcpGate:
         listener = socket.socket()
@@ -36,6 +37,10 @@ class TcpGate:
                 client, _ = listener.accept()
             except OSError:
                 return
+            if self.holding:
+                with self._lock:
+                    self._conns.add(client)  # never answered; dropped by close()
+                continue
             try:
                 server = socket.create_connection(self.upstream)
             except OSError:
@@ -60,7 +65,14 @@ class TcpGate:
             with self._lock:
                 self._conns -= {src, dst}
 
+    def hold(self) -> None:
+        """From now on, connections are accepted and never answered (existing ones drop)."""
+        self.close()
+        self.holding = True
+        self.open()
+
     def close(self) -> None:
+        self.holding = False
         if self._listener is not None:
             # shutdown wakes the thread blocked in accept(); close alone would leave the
             # kernel socket listening until that call returns

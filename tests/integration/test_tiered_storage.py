@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -54,6 +55,7 @@ def tiered_broker(store: SeaweedS3, bucket: str, endpoint: str | None = None) ->
         "--config", f"headrace.remote.storage.s3.bucket={bucket}",
         "--config", "headrace.remote.storage.s3.access.key=any",
         "--config", "headrace.remote.storage.s3.secret.key=any",
+        "--config", "headrace.remote.storage.s3.timeout.ms=2000",
         "--config", "remote.log.manager.task.interval.ms=100", "--metrics-port", "0"])
 
 
@@ -318,7 +320,7 @@ def test_kill_9_during_copy_and_during_remote_delete(s3: SeaweedS3) -> None:
 
 def fetch_error(bootstrap: str, topic: str, offset: int) -> tuple[int, int]:
     """``(error code, record bytes)`` of a Fetch v12 of one partition at ``offset``."""
-    client = RawClient(bootstrap)
+    client = RawClient(bootstrap, timeout=20)  # a hanging store: two 2 s S3 timeouts
     try:
         T = FetchRequest[12].FetchTopic
         req = FetchRequest[12](
@@ -356,6 +358,21 @@ def test_object_store_outage(s3: SeaweedS3) -> None:
             assert metric(broker, "headrace_remote_copy_lag_segments") > 0
             assert metric(broker, "headrace_remote_fetch_errors_total") >= 1
         finally:
+            gate.open()
+        # A store that hangs: a cold fetch waits on a reader thread, hot fetches go on.
+        gate.hold()
+        try:
+            cold: list[tuple[int, int]] = []
+            waiting = threading.Thread(target=lambda: cold.append(fetch_error(
+                bootstrap, "flaky", 0)))
+            waiting.start()
+            hot = list_offset(bootstrap, "flaky", EARLIEST_LOCAL)
+            assert [o for o, _ in consume(bootstrap, "flaky", hot, 80)] == list(range(hot, 80))
+            assert not cold, "the cold fetch should still wait on the hanging store"
+            waiting.join(scaled(40))
+            assert cold == [(56, 0)]
+        finally:
+            gate.close()
             gate.open()
         wait_tiered(bootstrap, "flaky", 60)
         _code, size = wait_for("a cold read after the outage",

@@ -51,6 +51,7 @@ BROKER_NAMES = (
     "headrace.remote.storage.path", "headrace.remote.storage.s3.endpoint",
     "headrace.remote.storage.s3.bucket", "headrace.remote.storage.s3.access.key",
     "headrace.remote.storage.s3.secret.key", "headrace.remote.storage.s3.region",
+    "headrace.remote.storage.s3.timeout.ms",
     "headrace.remote.storage.chunk.bytes", "headrace.remote.storage.cache.bytes",
 )
 
@@ -85,7 +86,8 @@ def remote_log_config(configs: Mapping[str, str]) -> RemoteLogConfig:
                        os.environ.get("AWS_ACCESS_KEY_ID", "")),
         secret_key=get("headrace.remote.storage.s3.secret.key",
                        os.environ.get("AWS_SECRET_ACCESS_KEY", "")),
-        region=get("headrace.remote.storage.s3.region", "us-east-1"))
+        region=get("headrace.remote.storage.s3.region", "us-east-1"),
+        timeout=num("headrace.remote.storage.s3.timeout.ms", 5000, 1) / 1000)
     config = RemoteLogConfig(
         system_enable=enable == "true", kind=kind, path=Path(path) if path else None, s3=s3,
         task_interval_ms=num("remote.log.manager.task.interval.ms", 30_000, 1),

@@ -22,7 +22,7 @@ class S3Settings:
     secret_key: str = ""
     region: str = "us-east-1"
     # seconds; a fetch waiting on a dead store must give up well within a client's timeout
-    timeout: float = 5.0
+    timeout: float = 5.0  # seconds, connect and read, per attempt
 
 
 class S3Storage:

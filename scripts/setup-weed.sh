@@ -18,6 +18,7 @@ stamp="$root/.tools/bin/.weed-$WEED_VERSION"
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/headrace/weed-$WEED_VERSION"
 
 if [ -x "$out" ] && [ -e "$stamp" ]; then
+    touch "$out"  # newer than this script: make skips it next time
     exit 0
 fi
 if [ -x "$cache" ]; then

@@ -26,6 +26,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
+from headrace.broker.counters import BrokerMetrics
+from headrace.broker.errors import error_code_for
+from headrace.errors import HeadraceError
+from headrace.protocol.fetch_response import FetchPartition, FetchTopic
 from headrace.storage.log import PartitionLog
 from headrace.storage.manager import LogManager
 from headrace.storage.remote_config import RemoteLogConfig
@@ -227,3 +231,27 @@ class RemoteTier:
         self._prefetcher.shutdown(wait=False, cancel_futures=True)
         self._copier.shutdown(wait=False, cancel_futures=True)
         self.store.close()
+
+
+# (topic index, partition index, log, offset, byte limit, min_one) of a Fetch response's
+# partition to read from the object store
+RemoteRead = tuple[int, int, PartitionLog, int, int, bool]
+
+
+async def fill_remote_reads(tier: RemoteTier, metrics: BrokerMetrics, topics: list[FetchTopic],
+                            reads: list[RemoteRead]) -> None:
+    """Fill a Fetch response's placeholders with remote reads (on the reader threads); a
+    failure answers that partition with its error code (KAFKA_STORAGE_ERROR for the
+    store's: retriable)."""
+    for t, i, plog, offset, limit, min_one in reads:
+        part = topics[t].partitions[i]
+        try:
+            data = await tier.read(plog, offset, limit, min_one)
+        except (HeadraceError, OSError) as e:
+            topics[t].partitions[i] = FetchPartition(
+                part.partition_index, error_code_for(e), -1, -1, -1, None, -1, records=b"",
+                records_length=0)
+            continue
+        part.records = data
+        part.records_length = len(data)
+        metrics.fetched((topics[t].topic, part.partition_index), len(data))

@@ -137,6 +137,11 @@ class LogManager:
     def _attach_remote(self, topic: Topic, partition: int, log: PartitionLog) -> None:
         """Give a tiered partition its remote log metadata (also when the topic turned
         remote storage off or the broker's switch is off: its remote part stays known)."""
+        if (topic.config.remote_storage_enable or (log.directory / METADATA_FILE).exists()
+                ) and not self.remote_system_enable and partition == 0:
+            logger.warning("topic %s has data in remote storage, but tiered storage is off "
+                           "on this broker (remote.log.storage.system.enable): only its local "
+                           "part is served", topic.name)
         if log.remote is None and self.remote_system_enable and (
                 topic.config.remote_storage_enable or (log.directory / METADATA_FILE).exists()):
             log.attach_remote(RemoteLogMetadata.load(

@@ -16,8 +16,9 @@ with session id 0, so clients send full fetches. Not implemented: follower fetch
 rack-aware replica selection.
 
 Tiered topics: an offset below the local log start is read from the object store on the
-broker's remote-reader threads (``broker.tiering``), one remote segment per partition
-and response, while the event loop serves other requests; the response then does not
+broker's remote-reader threads (``broker.tiering``): one partition's, from one remote
+segment, per response (the others come empty and are read by the next fetches, as in
+Kafka), while the event loop serves other requests; the response then does not
 long-poll. A store that fails answers KAFKA_STORAGE_ERROR for that partition (retriable:
 clients fetch again).
 """
@@ -35,14 +36,12 @@ from headrace.broker.errors import error_code_for
 from headrace.broker.registry import handles
 from headrace.broker.sendfile import FramedResponse
 from headrace.broker.state import TopicPartition
+from headrace.broker.tiering import RemoteRead, fill_remote_reads
 from headrace.errors import HeadraceError
 from headrace.protocol.acl_operations import AclOperation, ResourceType
 from headrace.protocol.errors import ErrorCode
 from headrace.protocol.fetch_response import FetchPartition, FetchTopic, encode_fetch_response
-from headrace.storage.log import FileRegion, PartitionLog
-
-# (topic index, partition index, log, offset, byte limit, min_one) of a remote read
-RemoteRead = tuple[int, int, PartitionLog, int, int, bool]
+from headrace.storage.log import FileRegion
 
 
 def _read_all(
@@ -78,9 +77,10 @@ def _read_all(
                 lso = plog.last_stable_offset
                 if (plog.remote is not None and ctx.state.remote is not None
                         and plog.log_start_offset <= p.fetch_offset < plog.local_log_start_offset):
-                    remote_reads.append((len(out), len(parts), plog, p.fetch_offset, limit,
-                                         total == 0))
-                    total += 1  # a remote read answers at once: no long poll
+                    if not remote_reads:  # as Kafka: one remote read per response
+                        remote_reads.append((len(out), len(parts), plog, p.fetch_offset,
+                                             limit, total == 0))
+                        total += 1  # a remote read answers at once: no long poll
                     aborted = plog.aborted_between(p.fetch_offset, lso) if read_committed else None
                     parts.append(FetchPartition(
                         p.partition, 0, plog.log_end_offset, lso, plog.log_start_offset,
@@ -107,29 +107,6 @@ def _read_all(
                                             None, -1, records=b"", records_length=0))
         out.append(FetchTopic(name, parts, topic_id))
     return out, total, had_error, regions
-
-
-async def _read_remote(ctx: RequestContext, topics: list[FetchTopic],
-                       reads: list[RemoteRead]) -> None:
-    """Fill the placeholders of remote reads, concurrently on the reader threads."""
-    tier = ctx.state.remote
-    assert tier is not None
-
-    async def one(read: RemoteRead) -> None:
-        t, i, plog, offset, limit, min_one = read
-        part = topics[t].partitions[i]
-        try:
-            data = await tier.read(plog, offset, limit, min_one)
-        except (HeadraceError, OSError) as e:
-            topics[t].partitions[i] = FetchPartition(
-                part.partition_index, error_code_for(e), -1, -1, -1, None, -1, records=b"",
-                records_length=0)
-            return
-        part.records = data
-        part.records_length = len(data)
-        ctx.state.metrics.fetched((topics[t].topic, part.partition_index), len(data))
-
-    await asyncio.gather(*(one(r) for r in reads))
 
 
 @handles(FetchRequest, FetchResponse, max_version=18, min_version=4)
@@ -164,5 +141,6 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         finally:
             notifier.unregister(tps, fut)
     if remote_reads:
-        await _read_remote(ctx, topics, remote_reads)
+        assert ctx.state.remote is not None
+        await fill_remote_reads(ctx.state.remote, ctx.state.metrics, topics, remote_reads)
     return FramedResponse(encode_fetch_response(ctx.api_version, topics, error_code=ErrorCode.NONE))

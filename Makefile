@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test setup lint typecheck bench clean
 
-setup: $(STAMP) .stamp-system jvm/lib/.stamp jvm/lib/.stamp-archive
+setup: $(STAMP) .stamp-system jvm/lib/.stamp jvm/lib/.stamp-archive .tools/bin/weed
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -32,6 +32,10 @@ jvm/lib/.stamp: $(JVM_SOURCES) scripts/setup-jvm.sh $(STAMP)
 jvm/lib/.stamp-archive: jvm/lib/.stamp $(STAMP)
 	@PYSPARK_PYTHON=$(abspath $(BIN))/python $(BIN)/python -m headrace.spark.archive || true
 	@mkdir -p $(@D) && touch $@
+
+# SeaweedFS's weed, the S3 object store of the tiered-storage tests, built with Go.
+.tools/bin/weed: scripts/setup-weed.sh
+	@bash scripts/setup-weed.sh
 
 demo: setup
 	@PYSPARK_PYTHON=$(abspath $(BIN))/python $(BIN)/python -m headrace demo fraud

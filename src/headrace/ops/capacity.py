@@ -298,6 +298,8 @@ class CapacitySampler(AdminSession):
         seen_disk = False
         for broker in answers:
             for d in broker.get("log_dirs", []):
+                if str(d.get("log_dir", "")).startswith("remote:"):
+                    continue  # tiered storage's object store, not this disk
                 if d.get("total_bytes", -1) >= 0:
                     usable += d.get("usable_bytes", 0)
                     total += d["total_bytes"]

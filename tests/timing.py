@@ -21,7 +21,7 @@ BUDGETS: dict[str, float] = {
     "spark": 890,
     "streaming": 790,
     "savepoints": 150,
-    "integration": 610,
+    "integration": 680,  # 610 + tiered storage's module (63 s alone, one SeaweedFS)
     "differential": 160,
     "compat": 150,
     "eventsourcing": 130,
@@ -30,6 +30,7 @@ BUDGETS: dict[str, float] = {
     "unit": 120,
     "console": 60,
     "bench": 30,
+    "cluster": 180,
 }
 SLOWEST = 15
 # How make test spreads the work over its xdist workers (``pytest_xdist_make_scheduler``
@@ -49,14 +50,17 @@ APPS_MODULES = frozenset({
     "tests/pipelines/test_fraud_demo.py",
     "tests/pipelines/test_bank_demo.py",
     "tests/savepoints/test_savepoint_cli.py",
+    "tests/cluster/test_spark_on_clusters.py",
 })
 LONGEST_FIRST = (
+    "tests/cluster/test_failover.py",
     "tests/integration/test_transactions.py",
     "tests/cdc/test_connector.py",
     "tests/compat/test_java_client.py",
     "tests/integration/test_groups.py",
     "tests/registry/test_durability.py",
     "tests/integration/test_compaction.py",
+    "tests/integration/test_tiered_storage.py",
     "tests/eventsourcing/test_repository.py",
 )
 

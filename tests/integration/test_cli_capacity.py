@@ -31,6 +31,22 @@ def test_planned_capacity() -> None:
     assert "give --disk and --rate" in failed(cli("capacity", "--disk", "1TB"), code=2)
 
 
+def test_planned_capacity_per_broker_of_a_replicated_cluster() -> None:
+    out = ok(cli("capacity", "--disk", "2TB", "--rate", "50MB/s", "--replication", "3",
+                 "--brokers", "3", "--min-insync-replicas", "2", "--partitions", "12",
+                 "--consumer-groups", "2")).stdout
+    assert "Disk 6 TB" in out and "buffer 11.1 hours (40,000 s)" in out
+    assert ("Each of 3 brokers (disk 50 MB/s written, network in 50 MB/s, out 66.7 MB/s, "
+            "12.0 partition replicas)") in out
+    assert "acks=all writes go on with up to 1 of them down" in out
+    data = json.loads(ok(cli("capacity", "--disk", "1TB", "--rate", "30MB/s", "--replication",
+                             "3", "--brokers", "6", "--json")).stdout)
+    assert data["per_broker"]["disk_write_bytes_per_s"] == pytest.approx(15e6)
+    assert "needs at least 3 brokers" in failed(
+        cli("capacity", "--disk", "1TB", "--rate", "1MB/s", "--replication", "3",
+            "--brokers", "2"), code=2)
+
+
 CONSUMED_FRACTION = 4  # the group commits 1/4 of what was produced
 
 

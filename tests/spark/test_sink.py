@@ -165,3 +165,29 @@ def test_a_zombie_run_of_a_task_is_fenced(spark: SparkSession, broker: EmbeddedB
     values = sorted(m.value() for m in read_all(broker.bootstrap_servers, out))
     assert values == sorted([f"a{i}!".encode() for i in range(100)]
                             + [f"b{i}!".encode() for i in range(100)])
+
+
+def _create_topics_requests(metrics_url: str) -> float:
+    import urllib.request
+    with urllib.request.urlopen(metrics_url, timeout=scaled(10)) as r:
+        text = r.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith('kafka_network_requestmetrics_requests_total{request="'
+                                  'CreateTopics"}'))
+
+
+def test_the_marker_topic_is_not_created_again_for_every_micro_batch(
+        spark: SparkSession, topic_name: str, tmp_path: Path) -> None:
+    """PySpark builds the sink's writer anew for every micro-batch; sending CreateTopics
+    (to the controller) each time tied every batch commit to the controller being up.
+    Three micro-batches cost at most one CreateTopics now."""
+    with EmbeddedBroker(extra_args=["--metrics-port", "0"]) as broker:
+        assert broker.metrics_url is not None
+        src, out = topic_name + "-in", topic_name + "-out"
+        create_topic(broker.bootstrap_servers, src)
+        create_topic(broker.bootstrap_servers, out)
+        produce(broker.bootstrap_servers, src, [(None, b"x%d" % i) for i in range(120)])
+        before = _create_topics_requests(broker.metrics_url)
+        _stream_copy(spark, broker, src, out, tmp_path / "cp")  # 40 rows per micro-batch
+        assert len(read_all(broker.bootstrap_servers, out)) == 120
+        assert _create_topics_requests(broker.metrics_url) - before <= 1

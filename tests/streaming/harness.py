@@ -1,9 +1,10 @@
 """Drive a streaming query micro-batch by micro-batch through the real broker and Spark.
 
-Each step produces some events, then runs the query with ``availableNow`` on the same
-checkpoint, so each step is one data micro-batch (plus the no-data batch Spark runs when
-the watermark moved). The watermark therefore advances exactly between steps, which
-makes "this event arrives when the watermark is X" reproducible without sleeps.
+One query runs per ``StepRunner``, reading with ``format("headrace-stepped")``: each step
+produces some events, lets the source read up to their end, and waits until the query has
+processed all of it, so each step is one data micro-batch (plus the no-data batch Spark
+runs when the watermark moved). The watermark therefore advances exactly between steps,
+which makes "this event arrives when the watermark is X" reproducible without sleeps.
 """
 
 from __future__ import annotations
@@ -15,12 +16,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pyspark import cloudpickle
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 from headrace.spark import read_events
-from headrace.testing import EmbeddedBroker, scaled
+from headrace.testing import EmbeddedBroker
 from tests.spark.kafka_helpers import create_topic, produce
+from tests.streaming import stepped_source
+from tests.streaming.stepped_source import CAP_OPTION, SteppedSource, write_cap
 
 MINUTE = 60_000
 T0 = 1_700_000_000_000 - 1_700_000_000_000 % (60 * MINUTE)  # an hour boundary
@@ -71,12 +76,19 @@ def at(minutes: float) -> int:
     return T0 + round(minutes * MINUTE)
 
 
+# The runners of the running test, whose queries the streaming conftest stops after it.
+RUNNING: list[StepRunner] = []
+
+# Spark's Python workers may not find the tests package: ship the source's code itself.
+cloudpickle.register_pickle_by_value(stepped_source)
+
+
 class StepRunner:
     """``run(events)`` produces ``events`` (dicts) and returns the rows the query emitted.
 
     ``topic`` and ``schema`` may be dicts (source name -> topic / schema) for queries over
     several topics; ``build`` then gets a dict of source DataFrames and ``run`` a dict of
-    event lists.
+    event lists. The query starts at the first ``run`` and runs until ``close``.
     """
 
     def __init__(self, spark: SparkSession, broker: EmbeddedBroker, topic: str | dict[str, str],
@@ -86,40 +98,58 @@ class StepRunner:
         self.single = isinstance(topic, str)
         self.topics = {"_": topic} if isinstance(topic, str) else topic
         schemas = {"_": schema} if isinstance(schema, str) else schema
+        self.cap = checkpoint.with_name(checkpoint.name + "-steps.json")
+        self.ends: dict[tuple[str, int], int] = {}
+        write_cap(self.cap, self.ends)
+        spark.dataSource.register(SteppedSource)
         self.sources = {}
         for name, t in self.topics.items():
             create_topic(broker.bootstrap_servers, t, partitions)
             self.sources[name] = read_events(
                 spark, t, schemas[name], event_time=event_time, dead_letter_topic=t + "-dlq",
-                kafka_bootstrap_servers=broker.bootstrap_servers, startingOffsets="earliest")
+                kafka_bootstrap_servers=broker.bootstrap_servers, startingOffsets="earliest",
+                source=SteppedSource.name(), options={CAP_OPTION: str(self.cap)})
         self.emitted: list[dict[str, Any]] = []
         self.progress: list[dict[str, Any]] = []
+        self._seen: set[tuple[int, str]] = set()
+        # Keyed by batch id: a batch run again after a restart replaces its first output,
+        # as an idempotent sink would.
+        self._by_batch: dict[int, list[dict[str, Any]]] = {}
+        self._query: StreamingQuery | None = None
+        RUNNING.append(self)
+
+    def _collect(self, batch: DataFrame, batch_id: int) -> None:
+        self._by_batch[batch_id] = [r.asDict(recursive=True) for r in batch.collect()]
+
+    def _start(self) -> StreamingQuery:
+        df = self.build(self.sources["_"] if self.single else self.sources)
+        return df.writeStream.foreachBatch(self._collect) \
+            .option("checkpointLocation", str(self.checkpoint)) \
+            .trigger(processingTime="100 milliseconds").start()
 
     def run(self, events: list[dict[str, Any]] | dict[str, list[dict[str, Any]]],
             key: str = "k") -> list[dict[str, Any]]:
         by_source = {"_": events} if isinstance(events, list) else events
         for name, evs in by_source.items():
             if evs:
-                produce(self.broker.bootstrap_servers, self.topics[name],
-                        [(str(e.get(key, "")).encode(), json.dumps(e).encode()) for e in evs])
-        # Keyed by batch id: a batch run again after a restart replaces its first output,
-        # as an idempotent sink would.
-        by_batch: dict[int, list[dict[str, Any]]] = {}
-
-        def collect(batch: DataFrame, batch_id: int) -> None:
-            by_batch[batch_id] = [r.asDict(recursive=True) for r in batch.collect()]
-
+                placed = produce(self.broker.bootstrap_servers, self.topics[name],
+                                 [(str(e.get(key, "")).encode(), json.dumps(e).encode())
+                                  for e in evs])
+                for p, o in placed:
+                    tp = (self.topics[name], p)
+                    self.ends[tp] = max(self.ends.get(tp, 0), o + 1)
+        write_cap(self.cap, self.ends)
+        first = max(self._by_batch, default=-1) + 1
         for attempt in range(TRANSIENT_RESTARTS + 1):
-            df = self.build(self.sources["_"] if self.single else self.sources)
-            q = df.writeStream.foreachBatch(collect) \
-                .option("checkpointLocation", str(self.checkpoint)) \
-                .trigger(availableNow=True).start()
+            if self._query is None or not self._query.isActive:
+                self._query = self._start()
             with contextlib.suppress(StreamingQueryException):  # q.exception() has it
-                if not q.awaitTermination(scaled(180)):
-                    q.stop()
-                    raise AssertionError(f"the step's query ran past {scaled(180):g} s")
-            self.progress.extend(q.recentProgress)
-            error = q.exception()
+                self._query.processAllAvailable()
+            for p in self._query.recentProgress:
+                if (p["batchId"], p["timestamp"]) not in self._seen:
+                    self._seen.add((p["batchId"], p["timestamp"]))
+                    self.progress.append(p)
+            error = self._query.exception()
             if error is None or attempt == TRANSIENT_RESTARTS or TRANSIENT not in str(error):
                 break
             # Spark gives a new Python worker a fixed 10 s to connect back, which a loaded
@@ -127,6 +157,11 @@ class StepRunner:
             # supervisor would restart it.
             print(f"restarting the query after a transient failure: {TRANSIENT}")
         assert error is None, error
-        out = [row for _, rows in sorted(by_batch.items()) for row in rows]
+        out = [row for b, rows in sorted(self._by_batch.items()) if b >= first for row in rows]
         self.emitted.extend(out)
         return out
+
+    def close(self) -> None:
+        """Stop the query (idempotent)."""
+        if self._query is not None:
+            self._query.stop()

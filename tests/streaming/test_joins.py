@@ -200,7 +200,7 @@ def test_temporal_join_state_stays_bounded_without_events(
     steps = stream_table_steps(spark, broker, topic_name, tmp_path, temporal(0))
     held = []
     # Three steps of ten versions: the first shows the eviction, the next two that the count
-    # stays flat while versions keep coming (each step is a query start, the test's cost).
+    # stays flat while versions keep coming.
     for step in range(3):
         steps.run({"table": [{"k": "a", "ts": at(step * 10 + i), "price": float(i)}
                              for i in range(10)]})

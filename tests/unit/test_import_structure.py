@@ -48,6 +48,7 @@ LAYERS: dict[str, frozenset[str]] = {
     "storage": frozenset({"protocol"}),
     "broker": frozenset({"storage"}),
     "testing": frozenset({"jvm"}),
+    "cluster": frozenset({"testing"}),
     "spark": frozenset({"protocol", "jvm"}),
     "savepoints": frozenset({"spark"}),
     "streaming": frozenset({"spark", "savepoints"}),
@@ -58,7 +59,7 @@ LAYERS: dict[str, frozenset[str]] = {
     "pipelines": frozenset({"realtime", "eventsourcing", "registry", "cdc", "testing"}),
     "ops": frozenset({"protocol", "testing"}),
     "console": frozenset({"ops"}),
-    "cli": frozenset({"broker", "console", "pipelines"}),
+    "cli": frozenset({"broker", "console", "pipelines", "cluster"}),
     "__main__": frozenset({"cli"}),
 }
 

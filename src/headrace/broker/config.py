@@ -12,6 +12,7 @@ from headrace.broker.security.acls import AuthorizerConfig
 from headrace.broker.txn.coordinator import TxnConfig
 from headrace.storage.cleaner import CleanerConfig
 from headrace.storage.config import LogConfig
+from headrace.storage.remote_config import RemoteLogConfig
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,8 @@ class BrokerConfig:
     # ACLs on every API (Kafka's authorizer.class.name, super.users,
     # allow.everyone.if.no.acl.found); off: every client may do everything.
     authorizer: AuthorizerConfig = field(default_factory=AuthorizerConfig)
+    # Tiered storage: Kafka's remote.log.storage.system.enable and the object store.
+    remote: RemoteLogConfig = field(default_factory=RemoteLogConfig)
 
     def effective_listeners(self) -> tuple[Listener, ...]:
         """The listeners to open, each with the host it advertises."""

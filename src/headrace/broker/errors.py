@@ -10,9 +10,11 @@ from headrace.storage.errors import (
     InvalidTopicError,
     OffsetOutOfRangeError,
     PolicyViolationError,
+    RemoteReadRequiredError,
     TopicExistsError,
     UnknownTopicError,
 )
+from headrace.storage.remote_store import RemoteStorageError
 
 
 class BrokerError(HeadraceError):
@@ -37,6 +39,10 @@ def error_code_for(exc: BaseException) -> ErrorCode:
         return ErrorCode.INVALID_TOPIC_EXCEPTION
     if isinstance(exc, TopicExistsError):
         return ErrorCode.TOPIC_ALREADY_EXISTS
+    if isinstance(exc, RemoteStorageError):
+        return ErrorCode.KAFKA_STORAGE_ERROR  # retriable: the object store may come back
+    if isinstance(exc, RemoteReadRequiredError):
+        return ErrorCode.OFFSET_OUT_OF_RANGE  # tiered data, tiered storage now off
     if isinstance(exc, OffsetOutOfRangeError):
         return ErrorCode.OFFSET_OUT_OF_RANGE
     if isinstance(exc, InvalidConfigError):

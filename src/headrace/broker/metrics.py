@@ -40,6 +40,7 @@ from headrace.broker.counters import LATENCY_BUCKETS
 from headrace.broker.registry import API_TABLE
 from headrace.protocol.errors import ProtocolError
 from headrace.protocol.records import record_timestamps
+from headrace.storage.errors import StorageError
 
 if TYPE_CHECKING:
     from headrace.broker.state import BrokerState
@@ -53,7 +54,7 @@ def record_timestamp(plog: PartitionLog, offset: int) -> int | None:
     past the end or if its batch cannot be decoded."""
     try:
         data = plog.read(offset, 1, min_one=True).data
-    except (OSError, ProtocolError):
+    except (OSError, ProtocolError, StorageError):  # StorageError: in the object store
         return None
     if not data:
         return None
@@ -166,6 +167,55 @@ class BrokerCollector(Collector):
             counter = CounterMetricFamily(name, text)
             counter.add_metric([], amount)
             yield counter
+        yield from self._tiering_families()
+
+    def _tiering_families(self) -> Iterator[Metric]:
+        """Tiered storage: copies, remote reads (rate, bytes, latency, cache), and per
+        partition the remote size and the lag of the copy (closed segments waiting)."""
+        tier = self.state.remote
+        if tier is None:
+            return
+        t, r = tier.stats, tier.reader.stats
+        counters: list[tuple[str, float, str]] = [
+            ("headrace_remote_copy_segments", t.segments_copied,
+             "Segments copied to the object store."),
+            ("headrace_remote_copy_bytes", t.bytes_copied, "Bytes copied to the object store."),
+            ("headrace_remote_copy_seconds", t.copy_seconds, "Time spent copying segments."),
+            ("headrace_remote_copy_errors", t.copy_errors, "Failed segment copies (retried)."),
+            ("headrace_remote_delete_segments", t.segments_deleted,
+             "Remote segments deleted by retention."),
+            ("headrace_remote_fetch_requests", r.reads, "Reads served from remote segments."),
+            ("headrace_remote_fetch_bytes", r.read_bytes, "Bytes read from remote segments."),
+            ("headrace_remote_fetch_seconds", r.read_seconds,
+             "Time spent in remote reads (over requests: the mean latency)."),
+            ("headrace_remote_fetch_errors", r.errors, "Remote reads the store failed."),
+            ("headrace_remote_store_gets", r.store_gets, "GETs sent to the object store."),
+            ("headrace_remote_cache_hits", r.cache_hits, "Remote reads served by the cache.")]
+        for name, amount, text in counters:
+            counter = CounterMetricFamily(name, text)
+            counter.add_metric([], amount)
+            yield counter
+        size = GaugeMetricFamily("headrace_remote_log_size_bytes",
+                                 "Bytes of a partition in the object store.",
+                                 labels=["topic", "partition"])
+        lag = GaugeMetricFamily("headrace_remote_copy_lag_bytes",
+                                "Bytes of closed segments not yet copied to the object store.",
+                                labels=["topic", "partition"])
+        lag_segments = GaugeMetricFamily("headrace_remote_copy_lag_segments",
+                                         "Closed segments not yet copied to the object store.",
+                                         labels=["topic", "partition"])
+        for topic in self.state.logs.topics.values():
+            for p, plog in enumerate(topic.partitions):
+                if plog.remote is None:
+                    continue
+                labels = [topic.name, str(p)]
+                size.add_metric(labels, plog.remote.size_bytes)
+                lag_bytes, waiting = tier.upload_lag(plog)
+                lag.add_metric(labels, lag_bytes)
+                lag_segments.add_metric(labels, waiting)
+        yield size
+        yield lag
+        yield lag_segments
 
     # -- consumer groups -------------------------------------------------------------------
 

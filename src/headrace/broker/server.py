@@ -19,6 +19,7 @@ from headrace.broker.counters import NullMetrics
 from headrace.broker.listeners import BoundListener, server_context
 from headrace.broker.metrics import serve_metrics
 from headrace.broker.state import BrokerState
+from headrace.storage.tiered_log import delete_tiered_local
 
 log = logging.getLogger("headrace.broker")
 
@@ -84,6 +85,8 @@ async def serve(config: BrokerConfig, stop: asyncio.Event | None = None,
                   loop.create_task(_offsets_retention_loop(state))]
     if config.cleaner.enabled:
         background.append(loop.create_task(run_cleaner(state)))
+    if state.remote is not None:
+        background.append(loop.create_task(state.remote.run()))
     metrics_server = None
     if config.metrics_port is not None:
         metrics_server = await serve_metrics(state, config.host, config.metrics_port)
@@ -114,6 +117,8 @@ async def serve(config: BrokerConfig, stop: asyncio.Event | None = None,
             task.cancel()
         await asyncio.gather(*connections, return_exceptions=True)
         logs.close()
+        if state.remote is not None:
+            state.remote.close()
         print("headrace broker stopped", flush=True)
 
 
@@ -146,6 +151,8 @@ async def _retention_loop(state: BrokerState) -> None:
         for partition_log in state.logs.all_logs():
             try:
                 partition_log.enforce_retention(now_ms)
+                if partition_log.remote is not None and partition_log.config.remote_storage_enable:
+                    delete_tiered_local(partition_log, now_ms)
                 partition_log.expire_producers(now_ms)
             except OSError:
                 log.exception("retention failed for %s", partition_log.directory)

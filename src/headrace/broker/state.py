@@ -21,6 +21,7 @@ from headrace.broker.listeners import BoundListener
 from headrace.broker.security.acls import Authorizer
 from headrace.broker.security.credentials import CredentialStore
 from headrace.broker.security.legacy_topics import migrate
+from headrace.broker.tiering import RemoteTier
 from headrace.broker.txn.coordinator import TransactionCoordinator
 from headrace.broker.txn.log import TransactionLog
 from headrace.protocol.errors import ErrorCode, KafkaProtocolError
@@ -152,7 +153,8 @@ class BrokerState:
     port: int = 0
     metrics: BrokerMetrics = field(default_factory=BrokerMetrics)
     listeners: list[BoundListener] = field(default_factory=list)
-
+    # Tiered storage, when the broker has it on (remote.log.storage.system.enable).
+    remote: RemoteTier | None = None
 
     @classmethod
     def open(cls, config: BrokerConfig) -> BrokerState:
@@ -161,7 +163,7 @@ class BrokerState:
         KIP-848 consumer groups whole: members, epochs, assignments), replay the
         transaction log, completing transactions a crash left half-done, and load the
         credentials and ACLs from the metadata log (migrating the legacy topics first)."""
-        logs = LogManager(config.data_dir, config.log)
+        logs = LogManager(config.data_dir, config.log, config.remote.system_enable)
         offsets = OffsetStore(logs, config.offsets_topic_partitions)
         offsets.load()
         groups = GroupCoordinator(config.groups, on_generation=offsets.record_group)
@@ -201,8 +203,9 @@ class BrokerState:
         authorizer = Authorizer(metadata, config.authorizer)
         authorizer.load()
         metadata.finish_replay()
+        remote = RemoteTier(config.remote, logs) if config.remote.system_enable else None
         return cls(config, logs, notifier, GroupCommitFlusher(), groups, offsets, txns,
-                   consumer_groups, credentials, authorizer)
+                   consumer_groups, credentials, authorizer, remote=remote)
 
     def remember_group(self, group_id: str) -> None:
         """After offsets were committed for ``group_id``: make it a known (Empty classic)

@@ -22,6 +22,7 @@ from headrace.cli import (
     bank,
     capacity,
     cdc,
+    cluster,
     console,
     groups,
     registry,
@@ -67,6 +68,7 @@ app.add_typer(bank.app)
 app.add_typer(users.app)
 app.add_typer(acls.app)
 app.add_typer(savepoint.app)
+app.add_typer(cluster.app)
 app.command("registry")(registry.registry)
 app.command("capacity")(capacity.capacity)
 app.command("console")(console.console)
@@ -255,6 +257,7 @@ def broker(
     from headrace.broker.txn.coordinator import VERIFICATION_CONFIG, TxnConfig
     from headrace.storage.cleaner import CleanerConfig
     from headrace.storage.config import LogConfig, broker_log_config
+    from headrace.storage.remote_config import BROKER_NAMES, remote_log_config
 
     log = LogConfig(flush_on_ack=fsync)
     if segment_bytes is not None:
@@ -264,6 +267,8 @@ def broker(
         verification = topic_defaults.pop(VERIFICATION_CONFIG, "true").strip().lower()
         if verification not in ("true", "false"):
             raise ValueError(f"{VERIFICATION_CONFIG} must be true or false")
+        remote = remote_log_config({name: topic_defaults.pop(name)
+                                    for name in list(topic_defaults) if name in BROKER_NAMES})
         log = broker_log_config(topic_defaults, log)
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="'--config'") from e
@@ -293,6 +298,7 @@ def broker(
                                     allow_everyone_if_no_acl_found),
         connections_max_reauth_ms=connections_max_reauth_ms,
         txns=TxnConfig(partition_verification=verification == "true"),
+        remote=remote,
     )
     try:
         listeners = parse_listeners(listener or [], listener_security_protocol_map,

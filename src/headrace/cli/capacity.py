@@ -12,8 +12,10 @@ from rich.table import Table
 
 from headrace.cli.terminal import BootstrapServers, ClientConfig, stdout
 from headrace.ops.capacity import (
+    BrokerLoad,
     CapacitySampler,
     ClusterSample,
+    broker_load,
     buffer_seconds,
     format_bytes,
     format_duration,
@@ -35,6 +37,20 @@ def capacity(
     replication: Annotated[
         int, typer.Option(min=1, help="Copies of every byte (the replication factor).")
     ] = 1,
+    brokers: Annotated[
+        int | None, typer.Option(min=1, help="Brokers sharing the load; --disk is then each "
+                                 "broker's disk, and the load per broker is shown.")
+    ] = None,
+    min_insync_replicas: Annotated[
+        int, typer.Option(min=1, help="With --brokers: min.insync.replicas (brokers that may "
+                          "fail while acks=all writes go on: replication - this).")
+    ] = 1,
+    partitions: Annotated[
+        int, typer.Option(min=0, help="With --brokers: partitions of the stream's topics.")
+    ] = 0,
+    consumer_groups: Annotated[
+        int, typer.Option(min=0, help="With --brokers: consumer groups reading every byte.")
+    ] = 1,
     live: Annotated[
         bool, typer.Option("--live", help="Measure the running cluster instead.")
     ] = False,
@@ -55,7 +71,10 @@ def capacity(
     """How long the log can buffer before data is lost (seed 004's arithmetic).
 
     With --disk and --rate: the time the disk holds the stream, each byte stored
-    --replication times (6TB at 150MB/s: 11.1 hours). With --live: the ingest rate of every
+    --replication times (6TB at 150MB/s: 11.1 hours). With --brokers, --disk is each
+    broker's, and the load on each broker is shown: disk writes, network in and out,
+    partition replicas, and how many brokers may fail while acks=all writes go on
+    (--replication minus --min-insync-replicas). With --live: the ingest rate of every
     topic over --sample, its retention window at that rate, the disk's usable bytes
     (DescribeLogDirs), and for each consumer group its lag and the time until the lag
     exceeds retention at the current produce and consume rates: (records retained - lag)
@@ -74,12 +93,18 @@ def capacity(
         if disk is None or rate is None:
             raise typer.BadParameter("give --disk and --rate, or --live")
         disk_bytes, rate_bps = parse_size(disk), parse_rate(rate)
+        load = None
+        if brokers is not None:
+            load = broker_load(rate_bps, brokers, replication, min_insync_replicas, partitions,
+                               consumer_groups)
+            disk_bytes *= brokers  # --disk is each broker's
         seconds = buffer_seconds(disk_bytes, rate_bps, replication)
     except InvalidInputError as e:
         raise typer.BadParameter(str(e)) from e
     if as_json:
         stdout.print_json(json.dumps({"disk_bytes": disk_bytes, "rate_bytes_per_s": rate_bps,
-                                      "replication": replication, "buffer_seconds": seconds}))
+                                      "replication": replication, "buffer_seconds": seconds,
+                                      **({"per_broker": asdict(load)} if load else {})}))
         return
     written = rate_bps * replication
     stdout.print(f"Disk {format_bytes(disk_bytes)}; ingest {format_bytes(rate_bps)}/s"
@@ -89,6 +114,18 @@ def capacity(
                  f"({seconds:,.0f} s) of data at this rate.")
     stdout.print(f"Keep retention.ms at most {seconds * 1000:,.0f} so the disk does not fill "
                  "at this rate; a consumer that falls further behind than that loses data.")
+    if load is not None:
+        _print_load(load, partitions > 0)
+
+
+def _print_load(load: BrokerLoad, with_partitions: bool) -> None:
+    stdout.print(f"Each of {load.brokers} brokers (disk {format_bytes(load.disk_write_bytes_per_s)}"
+                 f"/s written, network in {format_bytes(load.network_in_bytes_per_s)}/s, out "
+                 f"{format_bytes(load.network_out_bytes_per_s)}/s"
+                 + (f", {load.partition_replicas:,.1f} partition replicas" if with_partitions
+                    else "") + ").")
+    stdout.print(f"With min.insync.replicas={load.min_insync_replicas}, acks=all writes go on "
+                 f"with up to {load.tolerated_failures} of them down.")
 
 
 def _print_live(result: ClusterSample, as_json: bool) -> None:

@@ -40,8 +40,12 @@ def create(
         ),
     ] = None,
     replication_factor: Annotated[
-        int, typer.Option("--replication-factor", "-r", min=1, help="Replicas per partition.")
-    ] = 1,
+        int | None,
+        typer.Option(
+            "--replication-factor", "-r", min=1,
+            help="Replicas per partition (default: the broker's default.replication.factor).",
+        ),
+    ] = None,
     config: Annotated[
         list[str] | None,
         typer.Option(
@@ -162,7 +166,19 @@ def _render(topic: TopicDescription) -> Group:
         configs.add_row(
             escape(c.name), escape(value), c.source, style="" if c.is_default else "bold"
         )
-    return Group(header, partitions, configs)
+    if not topic.storage:
+        return Group(header, partitions, configs)
+    storage = Table("Partition", "Log start", "Local start", "End", "Local bytes",
+                    "Tiered to", "Remote bytes", title="Tiered storage")
+    for s in topic.storage:
+        storage.add_row(str(s.partition), str(s.log_start), str(s.local_start), str(s.end),
+                        _size(s.local_bytes), str(s.tiered_end) if s.tiered_end >= 0 else "-",
+                        _size(s.remote_bytes))
+    return Group(header, partitions, storage, configs)
+
+
+def _size(n: int) -> str:
+    return "?" if n < 0 else str(n)
 
 
 def _ids(ids: tuple[int, ...]) -> str:

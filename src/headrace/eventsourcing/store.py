@@ -336,11 +336,22 @@ class EventStore:
 
     def _check_events_topic(self, admin: AdminClient) -> None:
         resource = ConfigResource(ConfigResource.Type.TOPIC, self.topic)
-        try:
-            configs = admin.describe_configs([resource])[resource].result(self.timeout)
-        except KafkaException as e:
-            raise StoreError(f"cannot read the configuration of {self.topic}: "
-                             f"{e.args[0].str()}") from e
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                configs = admin.describe_configs([resource])[resource].result(self.timeout)
+                break
+            except KafkaException as e:
+                # On a cluster, a broker that has not applied the new topic's metadata yet
+                # answers UNKNOWN_TOPIC_OR_PART; a dying one times out: both pass.
+                err = e.args[0]
+                transient = err.retriable() or err.code() in (
+                    KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._TIMED_OUT,
+                    KafkaError._TRANSPORT)
+                if not transient or time.monotonic() >= deadline:
+                    raise StoreError(f"cannot read the configuration of {self.topic}: "
+                                     f"{err.str()}") from e
+            time.sleep(0.1)
         def value(name: str, default: str) -> str:
             return str(configs[name].value) if name in configs else default
         policy = value("cleanup.policy", "delete")

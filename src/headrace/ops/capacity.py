@@ -86,6 +86,53 @@ def buffer_seconds(disk_bytes: float, rate_bytes_per_s: float, replication: int 
     return disk_bytes / (rate_bytes_per_s * replication)
 
 
+@dataclass(frozen=True)
+class BrokerLoad:
+    """What each broker of a replicated cluster carries, spread evenly (Kafka spreads
+    leaders and replicas round-robin): bytes per second written to its disk, received
+    (producers' bytes for the partitions it leads plus the followers' copies it fetches)
+    and sent (to consumers and to the followers of what it leads), partition replicas it
+    hosts, and the brokers that may fail while acks=all writes go on."""
+
+    brokers: int
+    replication: int
+    min_insync_replicas: int
+    disk_write_bytes_per_s: float
+    network_in_bytes_per_s: float
+    network_out_bytes_per_s: float
+    partition_replicas: float
+    tolerated_failures: int
+
+
+def broker_load(rate_bytes_per_s: float, brokers: int, replication: int,
+                min_insync_replicas: int = 1, partitions: int = 0,
+                consumer_groups: int = 1) -> BrokerLoad:
+    """Per-broker load of a stream of ``rate_bytes_per_s`` kept ``replication`` times on
+    ``brokers`` brokers and read by ``consumer_groups`` groups (each reads every byte once,
+    from the leaders). Every byte is received once from a producer and ``replication - 1``
+    times by followers; it is sent ``consumer_groups`` times to consumers and
+    ``replication - 1`` times to followers. Writes with acks=all go on while at least
+    ``min_insync_replicas`` replicas live: ``replication - min_insync_replicas`` brokers
+    may fail. ``InvalidInputError`` for an impossible layout."""
+    if rate_bytes_per_s < 0 or brokers < 1 or replication < 1 or consumer_groups < 0:
+        raise InvalidInputError("the rate must be zero or more, brokers and replication at "
+                                "least 1")
+    if replication > brokers:
+        raise InvalidInputError(f"a replication factor of {replication} needs at least "
+                                f"{replication} brokers, not {brokers}")
+    if not 1 <= min_insync_replicas <= replication:
+        raise InvalidInputError(f"min.insync.replicas must be between 1 and the replication "
+                                f"factor {replication}, not {min_insync_replicas}")
+    copies = replication - 1
+    return BrokerLoad(
+        brokers=brokers, replication=replication, min_insync_replicas=min_insync_replicas,
+        disk_write_bytes_per_s=rate_bytes_per_s * replication / brokers,
+        network_in_bytes_per_s=rate_bytes_per_s * (1 + copies) / brokers,
+        network_out_bytes_per_s=rate_bytes_per_s * (consumer_groups + copies) / brokers,
+        partition_replicas=partitions * replication / brokers,
+        tolerated_failures=replication - min_insync_replicas)
+
+
 def falls_off_in(lag: float, window_records: float | None, produce_rate: float,
                  consume_rate: float) -> float | None:
     """Seconds until a consumer ``lag`` records behind falls out of a log that retains
@@ -251,6 +298,8 @@ class CapacitySampler(AdminSession):
         seen_disk = False
         for broker in answers:
             for d in broker.get("log_dirs", []):
+                if str(d.get("log_dir", "")).startswith("remote:"):
+                    continue  # tiered storage's object store, not this disk
                 if d.get("total_bytes", -1) >= 0:
                     usable += d.get("usable_bytes", 0)
                     total += d["total_bytes"]

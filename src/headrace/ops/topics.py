@@ -6,6 +6,7 @@ Blocking, fail-fast and error contracts: ``headrace.ops.admin``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (
@@ -18,8 +19,20 @@ from confluent_kafka.admin import (
 )
 
 from headrace.ops.admin import AdminSession, KnownErrors, translate
-from headrace.ops.clients import error_text, kafka_error, topic_metadata, wait_future
-from headrace.ops.errors import InvalidConfigError, TopicExistsError, UnknownTopicError
+from headrace.ops.clients import (
+    CLIENT_ID,
+    error_text,
+    kafka_error,
+    kafka_python_settings,
+    topic_metadata,
+    wait_future,
+)
+from headrace.ops.errors import (
+    InvalidConfigError,
+    KafkaRequestError,
+    TopicExistsError,
+    UnknownTopicError,
+)
 
 _SOURCE_NAMES = {
     ConfigSource.DYNAMIC_TOPIC_CONFIG: "topic",
@@ -61,12 +74,29 @@ class TopicConfig:
 
 
 @dataclass(frozen=True)
+class PartitionStorage:
+    """Where a tiered partition's records are: offsets ``[log_start, end)`` in all,
+    ``[local_start, end)`` on the broker's disk, ``[log_start, tiered_end)`` in the
+    object store (``tiered_end`` -1: nothing there yet); sizes in bytes (-1: unknown)."""
+
+    partition: int
+    log_start: int
+    local_start: int
+    tiered_end: int
+    end: int
+    local_bytes: int
+    remote_bytes: int
+
+
+@dataclass(frozen=True)
 class TopicDescription:
-    """What ``topics describe`` shows: partitions in id order, configs in name order."""
+    """What ``topics describe`` shows: partitions in id order, configs in name order, and
+    for a tiered topic (remote.storage.enable) its local and remote parts."""
 
     name: str
     partitions: tuple[PartitionInfo, ...]
     configs: tuple[TopicConfig, ...]
+    storage: tuple[PartitionStorage, ...] = ()
 
     @property
     def replication_factor(self) -> int:
@@ -80,10 +110,12 @@ class TopicAdmin(AdminSession):
         self,
         name: str,
         partitions: int | None = None,
-        replication_factor: int = 1,
+        replication_factor: int | None = None,
         configs: dict[str, str] | None = None,
     ) -> None:
-        """Create topic ``name``; ``partitions=None`` takes the broker's ``num.partitions``.
+        """Create topic ``name``; ``partitions=None`` takes the broker's ``num.partitions``
+        and ``replication_factor=None`` its ``default.replication.factor`` (CreateTopics'
+        -1), so a topic made on a replicated cluster is replicated as the cluster says.
 
         Returns once the controller created it. Not idempotent: ``TopicExistsError`` if it
         exists already.
@@ -92,7 +124,7 @@ class TopicAdmin(AdminSession):
         new_topic = NewTopic(
             name,
             num_partitions=-1 if partitions is None else partitions,
-            replication_factor=replication_factor,
+            replication_factor=-1 if replication_factor is None else replication_factor,
             config=dict(configs or {}),
         )
         futures = self._admin.create_topics(
@@ -142,7 +174,21 @@ class TopicAdmin(AdminSession):
             )
             for entry in sorted(entries.values(), key=lambda e: e.name)
         )
-        return TopicDescription(name=name, partitions=partitions, configs=configs)
+        tiered = any(c.name == "remote.storage.enable" and c.value == "true" for c in configs)
+        storage = self.storage(name, [p.partition for p in partitions]) if tiered else ()
+        return TopicDescription(name=name, partitions=partitions, configs=configs,
+                                storage=storage)
+
+    def storage(self, name: str, partitions: list[int]) -> tuple[PartitionStorage, ...]:
+        """The local and remote parts of a tiered topic's partitions: ListOffsets'
+        earliest (-2), earliest-local (-4), latest-tiered (-5) and latest specs, and the
+        sizes DescribeLogDirs reports for the data directory and the ``remote:`` one."""
+        specs, local, remote = _tier_facts(self.bootstrap_servers, self._timeout, name,
+                                           partitions)
+        return tuple(PartitionStorage(
+            partition=p, log_start=specs[-2][p], local_start=specs[-4][p],
+            tiered_end=specs[-5][p] + 1 if specs[-5][p] >= 0 else -1, end=specs[-1][p],
+            local_bytes=local.get(p, -1), remote_bytes=remote.get(p, -1)) for p in partitions)
 
     def alter_configs(self, name: str, set_: dict[str, str] | None = None,
                       delete: list[str] | None = None, append: dict[str, str] | None = None,
@@ -177,6 +223,41 @@ class TopicAdmin(AdminSession):
             [name], request_timeout=self._timeout, operation_timeout=self._timeout
         )
         self._call(futures[name], f"cannot delete topic {name!r}", _unknown(name))
+
+
+def _tier_facts(bootstrap_servers: str, timeout: float, topic: str, partitions: list[int],
+                ) -> tuple[dict[int, dict[int, int]], dict[int, int], dict[int, int]]:
+    """ListOffsets spec -> partition -> offset, and partition -> bytes on local disk and in
+    the object store, of ``topic`` (kafka-python: librdkafka refuses the -4/-5 specs and has
+    no DescribeLogDirs call). ``KafkaRequestError`` if the offsets cannot be read."""
+    from kafka import KafkaAdminClient
+    from kafka import TopicPartition as KpTopicPartition
+    from kafka.errors import KafkaError as KafkaPythonError
+
+    local: dict[int, int] = {}
+    remote: dict[int, int] = {}
+    specs: dict[int, dict[int, int]] = {}
+    try:
+        with KafkaAdminClient(bootstrap_servers=bootstrap_servers, client_id=CLIENT_ID,
+                              request_timeout_ms=int(timeout * 1000),
+                              bootstrap_timeout_ms=int(timeout * 1000),
+                              **kafka_python_settings()) as client:
+            for spec in (-2, -4, -5, -1):
+                found = client.list_partition_offsets(
+                    {KpTopicPartition(topic, p): spec for p in partitions})
+                specs[spec] = {tp.partition: int(o.offset) for tp, o in found.items()}
+            answers: list[dict[str, Any]] = client.describe_log_dirs()
+    except (KafkaPythonError, ValueError, OSError) as e:
+        raise KafkaRequestError(f"cannot read where {topic!r} is stored: {e}") from e
+    for broker in answers:
+        for d in broker.get("log_dirs", []):
+            into = remote if str(d.get("log_dir", "")).startswith("remote:") else local
+            for t in d.get("topics", []):
+                if t["name"] == topic:
+                    for p in t["partitions"]:
+                        into[p["partition_index"]] = (into.get(p["partition_index"], 0)
+                                                      + p["partition_size"])
+    return specs, local, remote
 
 
 def _unknown(name: str) -> KnownErrors:

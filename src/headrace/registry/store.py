@@ -113,12 +113,33 @@ class SchemaStore:
         if len(partitions) != 1:
             raise StoreError(f"{self.topic} has {len(partitions)} partitions; the registry "
                              f"needs exactly 1 (a total order of its records)")
-        resource = ConfigResource(ConfigResource.Type.TOPIC, self.topic)
-        configs = admin.describe_configs([resource])[resource].result(self.timeout)
+        configs = self._topic_configs(admin)
         policy = configs["cleanup.policy"].value if "cleanup.policy" in configs else "delete"
         if "compact" not in policy or "delete" in policy:
             raise StoreError(f"{self.topic} has cleanup.policy={policy}; it must be 'compact' "
                              f"(deletion by retention would lose schemas)")
+
+    def _topic_configs(self, admin: AdminClient) -> dict[str, Any]:
+        """The topic's configs. A broker that has not yet applied the metadata of a topic
+        just created answers UNKNOWN_TOPIC_OR_PART (Kafka's brokers learn it from the
+        controller asynchronously), and one that is going away times out: both are
+        retried until ``timeout``."""
+        resource = ConfigResource(ConfigResource.Type.TOPIC, self.topic)
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                found: dict[str, Any] = admin.describe_configs([resource])[resource].result(
+                    self.timeout)
+                return found
+            except KafkaException as e:
+                err = e.args[0]
+                transient = err.retriable() or err.code() in (
+                    KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._TIMED_OUT,
+                    KafkaError._TRANSPORT)
+                if not transient or time.monotonic() >= deadline:
+                    raise StoreError(f"cannot read the configuration of {self.topic}: "
+                                     f"{err.str()}") from e
+            time.sleep(0.1)
 
     def _partitions(self, admin: AdminClient) -> dict[int, Any]:
         """The topic's partitions once its metadata has settled: a topic just created
@@ -127,7 +148,13 @@ class SchemaStore:
         asynchronously). Polls until every partition has a leader or ``timeout``."""
         deadline = time.monotonic() + self.timeout
         while True:
-            metadata = admin.list_topics(self.topic, timeout=self.timeout)
+            try:
+                metadata = admin.list_topics(self.topic, timeout=self.timeout)
+            except KafkaException as e:
+                if time.monotonic() >= deadline:
+                    raise StoreError(f"cannot describe {self.topic}: {e.args[0].str()}") from e
+                time.sleep(0.1)
+                continue
             topic = metadata.topics[self.topic]
             partitions = topic.partitions
             settled = (topic.error is None and partitions

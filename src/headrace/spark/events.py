@@ -444,7 +444,7 @@ class OffsetsOrigin(Protocol):
 def read_events(spark: SparkSession, topic: str, schema: StructType | str, *,
                 event_time: str, dead_letter_topic: str, streaming: bool = True,
                 schema_registry_url: str = "", envelope: str = "",
-                options: Mapping[str, str] | None = None,
+                options: Mapping[str, str] | None = None, source: str = "headrace",
                 from_savepoint: OffsetsOrigin | None = None, **more: str) -> DataFrame:
     """A (streaming, by default) DataFrame of typed events from JSON values of ``topic``,
     or, with ``schema_registry_url``, from values in the registry's wire format (Avro, JSON
@@ -454,15 +454,17 @@ def read_events(spark: SparkSession, topic: str, schema: StructType | str, *,
 
     ``options`` (and keyword arguments) are the source's; ``kafka_bootstrap_servers=...``
     may be spelled with underscores for ``kafka.bootstrap.servers``, as any ``kafka.*``.
-    ``from_savepoint``: start where a savepoint's query would have read next (it replaces
-    ``startingOffsets``; the query needs a fresh checkpoint). Requires
+    ``source`` names the registered data source that reads: ``headrace`` or a subclass of
+    ``HeadraceDataSource`` registered under its own name. ``from_savepoint``: start where
+    a savepoint's query would have read next (it replaces ``startingOffsets``; the query
+    needs a fresh checkpoint). Requires
     ``headrace.spark.register(spark)`` first.
     """
     # DDL is parsed here, on the driver: the data source's own process has no JVM.
     text = (schema if isinstance(schema, StructType) else _ddl(schema)).json()
     event_spec(text, event_time, dead_letter_topic, schema_registry_url, envelope)  # fail here
     reader = spark.readStream if streaming else spark.read
-    fmt = reader.format("headrace").option("subscribe", topic).option("valueSchema", text) \
+    fmt = reader.format(source).option("subscribe", topic).option("valueSchema", text) \
         .option("eventTime", event_time).option("deadLetterTopic", dead_letter_topic)
     if schema_registry_url:
         fmt = fmt.option("schemaRegistryUrl", schema_registry_url)

@@ -1,16 +1,22 @@
 """Driver-side questions to the cluster, through a real Kafka client (librdkafka's admin API).
 
-Which partitions a subscription covers, and where their logs start and end. Every call
-blocks for at most ``timeout`` seconds and raises ``SparkConnectorError`` when the cluster
-does not answer, so a planning step never hangs a query silently.
+Which partitions a subscription covers, and where their logs start and end. On a
+replicated cluster a broker may die between two questions: its partitions get new
+leaders, its requests time out, a leader's answer carries an epoch the cluster has moved
+past (FENCED_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER). Such errors are retried, each attempt
+bounded by ``TIMEOUT`` and all of them by ``RETRY_DEADLINE``, with librdkafka refreshing
+its metadata in between; a call raises ``SparkConnectorError`` only for an error that is
+not transient or once the deadline passed, so a planning step never hangs a query
+silently nor fails it for a failover.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
-from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from headrace.spark.errors import SparkConnectorError
@@ -20,6 +26,49 @@ TP = tuple[str, int]
 """A topic partition, as the connector keys its offsets."""
 
 TIMEOUT = 30.0
+"""Bound of one attempt of a request, in seconds."""
+RETRY_DEADLINE = 120.0
+"""Bound of all the attempts of one call: longer than a failover (a dead broker is fenced
+after ``broker.session.timeout.ms``, 9 s by default, then its partitions move)."""
+T = TypeVar("T")
+# Errors a failover or a just-created topic produces, and that the next attempt (on fresh
+# metadata) cures. librdkafka marks some retriable itself (``KafkaError.retriable``).
+_TRANSIENT = frozenset({
+    KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN,
+    KafkaError._WAIT_COORD, KafkaError._UNKNOWN_PARTITION, KafkaError._NOENT,
+    KafkaError.REQUEST_TIMED_OUT, KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.FENCED_LEADER_EPOCH,
+    KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.NOT_CONTROLLER,
+    KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.NOT_ENOUGH_REPLICAS,
+    KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND, KafkaError.OFFSET_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.REPLICA_NOT_AVAILABLE,
+    KafkaError.BROKER_NOT_AVAILABLE, KafkaError.NETWORK_EXCEPTION,
+    KafkaError.KAFKA_STORAGE_ERROR,
+})
+
+
+def transient(error: KafkaError) -> bool:
+    """True for an error a retry on fresh metadata may cure (a failover's)."""
+    return bool(error.retriable()) or error.code() in _TRANSIENT
+
+
+def with_retries(what: str, call: Callable[[], T], deadline: float = RETRY_DEADLINE) -> T:
+    """``call()`` until it returns, retrying after a ``transient`` Kafka error (backoff
+    0.1 s doubling to 2 s) for up to ``deadline`` seconds. Raises ``SparkConnectorError``
+    (``"cannot <what>: ..."``) for any other Kafka error or the last one at the deadline.
+    Blocks; ``call`` must be safe to repeat (a read, or a create that tolerates "exists")."""
+    end = time.monotonic() + deadline
+    pause = 0.1
+    while True:
+        try:
+            return call()
+        except KafkaException as e:
+            error = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
+            if error is None or not transient(error) or time.monotonic() + pause > end:
+                raise SparkConnectorError(f"cannot {what}: {e}") from e
+        time.sleep(pause)
+        pause = min(pause * 2, 2.0)
 # confluent-kafka's OffsetSpec factories carry no annotations.
 _SPEC: Any = OffsetSpec
 
@@ -35,10 +84,7 @@ def partitions_of(admin: AdminClient, subscription: Subscription) -> dict[str, i
     ``assign`` reports the partitions named, whether they exist or not; the caller
     decides what a missing one means.
     """
-    try:
-        meta = admin.list_topics(timeout=TIMEOUT)
-    except KafkaException as e:
-        raise SparkConnectorError(f"cannot list topics: {e}") from e
+    meta = with_retries("list topics", lambda: admin.list_topics(timeout=TIMEOUT))
     out: dict[str, int] = {}
     for name, topic in meta.topics.items():
         if topic.error is not None or not subscription.matches(name):
@@ -68,12 +114,13 @@ def list_offsets(admin: AdminClient, tps: Iterable[TP], spec: OffsetSpec,
         return {}
     isolation = (IsolationLevel.READ_COMMITTED if read_committed
                  else IsolationLevel.READ_UNCOMMITTED)
-    try:
+
+    def ask() -> dict[TP, int]:
         futures = admin.list_offsets(request, isolation_level=isolation,
                                      request_timeout=TIMEOUT)
         return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
-    except KafkaException as e:
-        raise SparkConnectorError(f"cannot list offsets: {e}") from e
+
+    return with_retries("list offsets", ask)
 
 
 def earliest(admin: AdminClient, tps: Iterable[TP]) -> dict[TP, int]:

@@ -38,10 +38,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -55,10 +57,12 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
 
 from headrace.spark import metadata
-from headrace.spark.errors import OptionError, SinkError
+from headrace.spark.errors import OptionError, SinkError, SparkConnectorError
 from headrace.spark.options import SinkOptions
 from headrace.spark.registry_values import AvroValueEncoder, avro_schema_of, register_schema
 
+T = TypeVar("T")
+log = logging.getLogger("headrace.spark.sink")
 MARKER_TOPIC = "_headrace-sink-commits"
 TXN_TIMEOUT_MS = 120_000
 """Default ``transaction.timeout.ms`` (``kafka.transaction.timeout.ms`` overrides it): a
@@ -106,18 +110,59 @@ def check_schema(opts: SinkOptions, schema: StructType) -> SinkOptions:
     return opts
 
 
+# The marker topics known to exist, per cluster (bootstrap servers): PySpark builds a new
+# StreamWriter for every micro-batch, and asking the controller each time would tie every
+# batch commit to whichever broker looks like the controller (a dead one stalls it).
+_MARKER_TOPIC_SEEN: set[str] = set()
+
+
 def ensure_marker_topic(opts: SinkOptions) -> None:
-    """Create the marker topic if it does not exist. Driver side. It never holds records:
-    only the consumer-group offsets the sink commits on its partition 0."""
+    """Create the marker topic if it does not exist (1 partition, compacted, the cluster's
+    default replication factor). Driver side; asks the cluster once per process: the
+    metadata of any live broker first, CreateTopics only when the topic is missing, each
+    retried through a failover (``metadata.with_retries``). It never holds records: only
+    the consumer-group offsets the sink commits on its partition 0."""
+    if opts.bootstrap_servers in _MARKER_TOPIC_SEEN:
+        return
     admin = metadata.admin_client(opts.bootstrap_servers, opts.client_configs)
-    futures = admin.create_topics([NewTopic(MARKER_TOPIC, num_partitions=1,
-                                            config={"cleanup.policy": "compact"})],
-                                  request_timeout=metadata.TIMEOUT)
+
+    def listed() -> bool:
+        topic = admin.list_topics(MARKER_TOPIC, timeout=metadata.TIMEOUT).topics[MARKER_TOPIC]
+        return topic.error is None and bool(topic.partitions)
+
+    def create() -> None:
+        futures = admin.create_topics([NewTopic(MARKER_TOPIC, num_partitions=1,
+                                                replication_factor=-1,
+                                                config={"cleanup.policy": "compact"})],
+                                      request_timeout=metadata.TIMEOUT)
+        try:
+            futures[MARKER_TOPIC].result()
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+
     try:
-        futures[MARKER_TOPIC].result()
-    except KafkaException as e:
-        if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-            raise SinkError(f"cannot create the sink's marker topic {MARKER_TOPIC}: {e}") from e
+        if not metadata.with_retries(f"describe {MARKER_TOPIC}", listed):
+            metadata.with_retries(f"create the sink's marker topic {MARKER_TOPIC}", create)
+    except SparkConnectorError as e:
+        raise SinkError(str(e)) from e
+    _MARKER_TOPIC_SEEN.add(opts.bootstrap_servers)
+
+
+def _retrying(what: str, call: Callable[[], T]) -> T:
+    """A transactional producer's call, repeated while it fails with a retriable error (a
+    coordinator that moved or timed out; librdkafka's contract allows the repeat) until
+    ``metadata.RETRY_DEADLINE``. An abortable or fatal error is raised at once."""
+    end = time.monotonic() + metadata.RETRY_DEADLINE
+    while True:
+        try:
+            return call()
+        except KafkaException as e:
+            err = e.args[0]
+            if not err.retriable() or err.txn_requires_abort() or time.monotonic() > end:
+                raise
+            log.info("%s retried: %s", what, err.str())
+        time.sleep(0.2)
 
 
 def _rows(opts: SinkOptions, batches: Iterator[pa.RecordBatch]
@@ -228,17 +273,19 @@ def write_exactly_once(opts: SinkOptions, batches: Iterator[pa.RecordBatch], wri
                        "group.id": txn_id, "enable.auto.commit": False,
                        "isolation.level": "read_committed"})
     try:
-        producer.init_transactions(metadata.TIMEOUT)
-        done = marker.committed([TopicPartition(MARKER_TOPIC, 0)], timeout=metadata.TIMEOUT)
+        _retrying("init_transactions", lambda: producer.init_transactions(metadata.TIMEOUT))
+        done = _retrying("reading the batch marker", lambda: marker.committed(
+            [TopicPartition(MARKER_TOPIC, 0)], timeout=metadata.TIMEOUT))
         if done[0].offset > sequence:
             return SinkCommit(partition, 0, True)
         producer.begin_transaction()
         try:
             n = _produce_all(producer, opts, batches, delivery)
-            producer.send_offsets_to_transaction(
+            _retrying("send_offsets_to_transaction", lambda: producer.send_offsets_to_transaction(
                 [TopicPartition(MARKER_TOPIC, 0, sequence + 1)],
-                marker.consumer_group_metadata(), metadata.TIMEOUT)
-            producer.commit_transaction(metadata.TIMEOUT * 4)
+                marker.consumer_group_metadata(), metadata.TIMEOUT))
+            _retrying("commit_transaction",
+                      lambda: producer.commit_transaction(metadata.TIMEOUT * 4))
         except BaseException:
             # Fenced or timed out: the coordinator aborts it anyway.
             with contextlib.suppress(KafkaException):

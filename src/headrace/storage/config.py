@@ -71,6 +71,21 @@ class LogConfig:
     message_timestamp_after_max_ms: int = 3600 * 1000
     # Kafka's producer.id.expiration.ms (a broker setting, not a topic config).
     producer_id_expiration_ms: int = 24 * 3600 * 1000
+    # Tiered storage (KIP-405): closed segments are copied to the object store; the local
+    # copy is kept for local.retention.ms / local.retention.bytes (-2: as retention.ms /
+    # retention.bytes), the whole log for retention.ms / retention.bytes.
+    remote_storage_enable: bool = False
+    local_retention_ms: int = -2
+    local_retention_bytes: int = -2
+
+    @property
+    def effective_local_retention_ms(self) -> int:
+        return self.retention_ms if self.local_retention_ms == -2 else self.local_retention_ms
+
+    @property
+    def effective_local_retention_bytes(self) -> int:
+        return (self.retention_bytes if self.local_retention_bytes == -2
+                else self.local_retention_bytes)
 
     @property
     def compact(self) -> bool:
@@ -200,18 +215,12 @@ def _throttled_replicas(name: str, value: Any) -> str | None:
             "[partitionId]:[brokerId],[partitionId]:[brokerId],...")
 
 
-def _remote_storage(name: str, value: Any) -> str | None:
-    return ("!Tiered Storage functionality is disabled in the broker. Topic cannot be "
-            "configured with remote log storage.") if value else None
-
-
 # Kafka's validators that are more than a type and a range: a returned reason rejects the
 # value ("!...": Kafka's whole message, not an "Invalid value ..." one).
 _SPECIAL_CHECKS: dict[str, Callable[[str, Any], str | None]] = {
     "compression.gzip.level": _gzip_level,
     "follower.replication.throttled.replicas": _throttled_replicas,
     "leader.replication.throttled.replicas": _throttled_replicas,
-    "remote.storage.enable": _remote_storage,
 }
 
 
@@ -297,16 +306,19 @@ CONFIG_DEFS: dict[str, ConfigDef] = dict([
     _def("leader.replication.throttled.replicas", None, ConfigType.LIST,
          "leader.replication.throttled.replicas", "accepted; no replication here",
          passthrough_default="", broker_level=False),
-    _def("local.retention.bytes", None, ConfigType.LONG, "log.local.retention.bytes",
-         "accepted; no tiered storage (retention.bytes applies)", minimum=-2,
-         passthrough_default="-2"),
-    _def("local.retention.ms", None, ConfigType.LONG, "log.local.retention.ms",
-         "accepted; no tiered storage (retention.ms applies)", minimum=-2,
-         passthrough_default="-2"),
+    _def("local.retention.bytes", "local_retention_bytes", ConfigType.LONG,
+         "log.local.retention.bytes",
+         "tiered topics: keep this many bytes of uploaded segments on local disk; "
+         "-2: retention.bytes", minimum=-2),
+    _def("local.retention.ms", "local_retention_ms", ConfigType.LONG, "log.local.retention.ms",
+         "tiered topics: keep uploaded segments on local disk this long; -2: retention.ms",
+         minimum=-2),
     _def("preallocate", None, ConfigType.BOOLEAN, "log.preallocate",
          "accepted; segment files grow as written", passthrough_default="false"),
-    _def("remote.storage.enable", None, ConfigType.BOOLEAN, "remote.storage.enable",
-         "accepted; no tiered storage", passthrough_default="false", broker_level=False),
+    _def("remote.storage.enable", "remote_storage_enable", ConfigType.BOOLEAN,
+         "remote.storage.enable",
+         "copy closed segments to the remote object store (needs "
+         "remote.log.storage.system.enable on the broker)", broker_level=False),
     _def("remote.log.copy.disable", None, ConfigType.BOOLEAN, "remote.log.copy.disable",
          "accepted; no tiered storage", passthrough_default="false", broker_level=False),
     _def("remote.log.delete.on.disable", None, ConfigType.BOOLEAN,

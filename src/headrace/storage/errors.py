@@ -31,3 +31,8 @@ class InvalidConfigError(StorageError, ValueError):
 
 class PolicyViolationError(StorageError):
     """The operation is not allowed by the topic's configuration (POLICY_VIOLATION)."""
+
+
+class RemoteReadRequiredError(StorageError):
+    """The offset is below the local log start, in the object store: a remote read serves
+    it (never a client-visible error: the broker routes such reads to its remote reader)."""

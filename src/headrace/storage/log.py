@@ -30,8 +30,13 @@ from headrace.protocol.records import (
     rewrite_base_offset,
 )
 from headrace.storage.config import LogConfig
-from headrace.storage.errors import OffsetOutOfRangeError, PolicyViolationError
+from headrace.storage.errors import (
+    OffsetOutOfRangeError,
+    PolicyViolationError,
+    RemoteReadRequiredError,
+)
 from headrace.storage.producer_state import ProducerStateManager
+from headrace.storage.remote_metadata import RemoteLogMetadata
 from headrace.storage.results import AppendResult, FileRegion, ReadResult, RegionResult
 from headrace.storage.segment import MAX_RELATIVE_OFFSET, Segment
 from headrace.storage.swap import (
@@ -83,6 +88,17 @@ class PartitionLog:
         self.closed = False
         # The log cleaner's bookkeeping for this partition (see storage.cleaner).
         self.cleaner_checkpoint: object | None = None
+        # Tiered storage: the segments in the object store (None: never tiered).
+        self.remote: RemoteLogMetadata | None = None
+
+    def attach_remote(self, remote: RemoteLogMetadata) -> None:
+        """Join the remote segments to this log (at start-up, or when a topic turns remote
+        storage on): the log start offset may then lie below the first local segment."""
+        self.remote = remote
+        floor = self.segments[0].base_offset
+        if remote.start_offset is not None:
+            floor = min(floor, remote.start_offset)
+        self._log_start_offset = min(max(self._read_log_start(), floor), self.log_end_offset)
 
     # --- offsets ----------------------------------------------------------------------
 
@@ -91,6 +107,11 @@ class PartitionLog:
         """The first offset a reader may ask for: the first segment's base, or above it
         after DeleteRecords."""
         return self._log_start_offset
+
+    @property
+    def local_log_start_offset(self) -> int:
+        """The first offset held on local disk (the log start offset unless tiered)."""
+        return max(self._log_start_offset, self.segments[0].base_offset)
 
     @property
     def log_end_offset(self) -> int:
@@ -106,8 +127,14 @@ class PartitionLog:
     def aborted_between(self, start: int, end: int) -> list[tuple[int, int]]:
         """``(producer_id, first_offset)`` of aborted transactions overlapping
         ``[start, end)``: what a read_committed Fetch reports so clients drop them."""
-        return [(a.producer_id, a.first_offset)
-                for a in self.producer_state.aborted_between(start, end)]
+        found = [(a.producer_id, a.first_offset)
+                 for a in self.producer_state.aborted_between(start, end)]
+        if self.remote is not None and start < self.local_log_start_offset:
+            # The producer state may have been rebuilt without them (a lost snapshot);
+            # the remote segments' own aborted-transaction data is authoritative there.
+            found = sorted(set(found) | set(self.remote.aborted_between(start, end)),
+                           key=lambda a: a[1])
+        return found
 
     def append_control(self, producer_id: int, producer_epoch: int, committed: bool,
                        coordinator_epoch: int = 0) -> int:
@@ -244,6 +271,8 @@ class PartitionLog:
         hw = self.log_end_offset
         if offset < self.log_start_offset or offset > hw:
             raise OffsetOutOfRangeError(f"offset {offset} not in [{self.log_start_offset}, {hw}]")
+        if offset < self.local_log_start_offset:
+            raise RemoteReadRequiredError(f"offset {offset} is in remote storage")
         i = bisect.bisect_right(self._bases, offset) - 1
         while i < len(self.segments):
             seg = self.segments[i]
@@ -365,6 +394,10 @@ class PartitionLog:
         cfg = self.config
         if not cfg.delete:
             return deleted
+        if self.remote is not None and cfg.remote_storage_enable:
+            # Tiered: local segments go once copied (storage.tiered_log), remote ones by
+            # the whole log's retention, both driven by the broker's tiering task.
+            return deleted
         while len(self.segments) > 1:
             oldest = self.segments[0]
             expired = cfg.retention_ms >= 0 and oldest.max_timestamp >= 0 and (
@@ -384,15 +417,30 @@ class PartitionLog:
             deleted += 1
         return deleted
 
-    def _delete_oldest(self) -> None:
+    def _delete_oldest(self, tiered: bool = False) -> None:
+        """Delete the oldest segment's files; unless it is ``tiered`` (a copy is in the
+        object store), the log start offset moves past it."""
         oldest = self.segments.pop(0)
         self._bases.pop(0)
         with self._io_lock:
             if oldest in self._rolled:
                 self._rolled.remove(oldest)
             oldest.delete()
-        self._log_start_offset = max(self._log_start_offset, self.segments[0].base_offset)
-        self.producer_state.forget_aborted_before(self._log_start_offset)
+        if not tiered:
+            self._log_start_offset = max(self._log_start_offset, self.segments[0].base_offset)
+            self.producer_state.forget_aborted_before(self._log_start_offset)
+
+    def advance_log_start(self, offset: int) -> None:
+        """Persist a higher log start offset (temp file and rename) and drop what lies
+        below it locally: DeleteRecords, and remote retention before it deletes objects."""
+        if offset <= self._log_start_offset:
+            return
+        tmp = self.directory / (LOG_START_FILE + ".tmp")
+        tmp.write_text(str(offset))
+        os.replace(tmp, self.directory / LOG_START_FILE)
+        self._log_start_offset = offset
+        self._delete_below_start()
+        self.producer_state.forget_aborted_before(offset)
 
     # --- DeleteRecords ----------------------------------------------------------------
 
@@ -418,13 +466,7 @@ class PartitionLog:
             raise OffsetOutOfRangeError(
                 f"cannot delete records before offset {offset}: the high watermark is "
                 f"{self.log_end_offset}")
-        if target > self._log_start_offset:
-            tmp = self.directory / (LOG_START_FILE + ".tmp")
-            tmp.write_text(str(target))
-            os.replace(tmp, self.directory / LOG_START_FILE)
-            self._log_start_offset = target
-            self._delete_below_start()
-            self.producer_state.forget_aborted_before(target)
+        self.advance_log_start(target)
         return self._log_start_offset
 
     def sync_log_start(self) -> None:

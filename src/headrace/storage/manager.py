@@ -6,6 +6,7 @@ Layout::
       meta.json                  cluster id
       .clean_shutdown            present only after a clean shutdown
       __topics/<topic>.json      topic id, partition count, config overrides
+      __remote_deletes/<name>    remote objects of a deleted tiered topic, still to delete
       <topic>-<partition>/       one PartitionLog each
 
 Topic metadata is written atomically (temp file, fsync, rename) before any partition
@@ -34,10 +35,14 @@ from headrace.storage.errors import (
     UnknownTopicError,
 )
 from headrace.storage.log import CLEAN_SHUTDOWN_FILE, PartitionLog, fsync_dir
+from headrace.storage.remote_config import check_remote_topic_config
+from headrace.storage.remote_metadata import METADATA_FILE, RemoteLogMetadata
+from headrace.storage.tiered_log import remote_prefix
 
 logger = logging.getLogger(__name__)
 
 PRODUCER_ID_BLOCK = 1000
+REMOTE_DELETES = "__remote_deletes"
 # Each partition is a directory and three open files; refuse counts that would only
 # exhaust the machine.
 MAX_PARTITIONS_PER_TOPIC = 10_000
@@ -64,8 +69,12 @@ def validate_topic_name(name: str) -> None:
 class LogManager:
     """Owns every PartitionLog. Not thread-safe; the broker calls it from its event loop."""
 
-    def __init__(self, data_dir: Path, default_config: LogConfig) -> None:
+    def __init__(self, data_dir: Path, default_config: LogConfig,
+                 remote_system_enable: bool = False) -> None:
+        """``remote_system_enable``: Kafka's remote.log.storage.system.enable; topics may
+        turn remote storage on only with it."""
         self.data_dir = data_dir
+        self.remote_system_enable = remote_system_enable
         self.topics: dict[str, Topic] = {}
         data_dir.mkdir(parents=True, exist_ok=True)
         # Topic defaults: start-up settings, then the dynamic broker configs (persisted).
@@ -73,6 +82,7 @@ class LogManager:
         self.dynamic = DynamicBrokerConfigs.load(data_dir)
         self.default_config = self.dynamic.apply(default_config)
         (data_dir / "__topics").mkdir(exist_ok=True)
+        (data_dir / REMOTE_DELETES).mkdir(exist_ok=True)
         marker = data_dir / CLEAN_SHUTDOWN_FILE
         self.recovered_uncleanly = not marker.exists() and any(data_dir.glob("__topics/*.json"))
         if marker.exists():
@@ -121,7 +131,21 @@ class LogManager:
                                recover_fully=self.recovered_uncleanly)
             self.truncated_bytes += log.truncated_bytes
             topic.partitions.append(log)
+            self._attach_remote(topic, p, log)
         self.topics[topic.name] = topic
+
+    def _attach_remote(self, topic: Topic, partition: int, log: PartitionLog) -> None:
+        """Give a tiered partition its remote log metadata (also when the topic turned
+        remote storage off or the broker's switch is off: its remote part stays known)."""
+        if (topic.config.remote_storage_enable or (log.directory / METADATA_FILE).exists()
+                ) and not self.remote_system_enable and partition == 0:
+            logger.warning("topic %s has data in remote storage, but tiered storage is off "
+                           "on this broker (remote.log.storage.system.enable): only its local "
+                           "part is served", topic.name)
+        if log.remote is None and self.remote_system_enable and (
+                topic.config.remote_storage_enable or (log.directory / METADATA_FILE).exists()):
+            log.attach_remote(RemoteLogMetadata.load(
+                log.directory, remote_prefix(topic.name, str(topic.topic_id), partition)))
 
     def _partition_dir(self, topic: str, partition: int) -> Path:
         return self.data_dir / f"{topic}-{partition}"
@@ -149,6 +173,7 @@ class LogManager:
                              f" got {partitions}")
         overrides = canonical_overrides(configs or {})
         topic = Topic(name, uuid.uuid4(), overrides, self.default_config.with_overrides(overrides))
+        check_remote_topic_config(topic.config, self.remote_system_enable)
         if validate_only:
             return topic
         self._save_topic(topic, partitions)
@@ -157,11 +182,17 @@ class LogManager:
             shutil.rmtree(self._partition_dir(name, p), ignore_errors=True)
             topic.partitions.append(
                 PartitionLog(self._partition_dir(name, p), topic.config, recover_fully=False))
+            self._attach_remote(topic, p, topic.partitions[-1])
         self.topics[name] = topic
         return topic
 
     def delete_topic(self, name: str) -> Topic:
         topic = self.get_topic(name)
+        if any(log.remote is not None for log in topic.partitions):
+            # Recorded before the topic goes, so its objects are never orphaned: the
+            # tiering task deletes them (``pending_remote_deletes``).
+            _write_atomic(self.data_dir / REMOTE_DELETES / f"{name}-{topic.topic_id}",
+                          f"{name}-{topic.topic_id}/")
         (self.data_dir / "__topics" / f"{name}.json").unlink()
         del self.topics[name]
         for log in topic.partitions:
@@ -181,6 +212,7 @@ class LogManager:
         for p in range(len(topic.partitions), total):
             topic.partitions.append(
                 PartitionLog(self._partition_dir(name, p), topic.config, recover_fully=False))
+            self._attach_remote(topic, p, topic.partitions[-1])
         self._save_topic(topic)
 
     def alter_configs(self, name: str, overrides: dict[str, str]) -> None:
@@ -190,10 +222,13 @@ class LogManager:
         topic = self.get_topic(name)
         overrides = canonical_overrides(overrides)
         config = self.default_config.with_overrides(overrides)
+        check_remote_topic_config(config, self.remote_system_enable,
+                                  topic.config.remote_storage_enable)
         topic.config_overrides = dict(overrides)
         topic.config = config
-        for log in topic.partitions:
+        for p, log in enumerate(topic.partitions):
             log.config = config
+            self._attach_remote(topic, p, log)
         self._save_topic(topic)
 
     def alter_broker_configs(self, scope: str, configs: dict[str, str]) -> None:
@@ -206,6 +241,12 @@ class LogManager:
             topic.config = self.default_config.with_overrides(topic.config_overrides)
             for log in topic.partitions:
                 log.config = topic.config
+
+    def pending_remote_deletes(self) -> list[tuple[Path, str]]:
+        """``(marker, object key prefix)`` of deleted tiered topics whose objects are
+        still to delete; remove the marker once they are gone."""
+        return [(p, p.read_text()) for p in sorted((self.data_dir / REMOTE_DELETES).iterdir())
+                if not p.name.endswith(".tmp")]
 
     def get_topic(self, name: str) -> Topic:
         topic = self.topics.get(name)

@@ -13,7 +13,7 @@ import time
 from pyspark.sql import SparkSession
 
 from headrace.spark import register
-from headrace.spark.session import kafka_connector_jars, realtime_jars
+from headrace.spark.session import jvm_start_options, kafka_connector_jars, realtime_jars
 from headrace.testing import scaled
 
 
@@ -41,15 +41,22 @@ def build_session(master: str, app: str, shuffle_partitions: int = 2,
                .config("spark.sql.streaming.stopTimeout", f"{round(scaled(20))}s")
                .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
                .config("spark.driver.memory", "1g"))
-    if fast_jvm:
-        builder = (builder.config("spark.driver.extraJavaOptions", FAST_JVM_START)
-                   .config("spark.executor.extraJavaOptions", FAST_JVM_START))
+    options = " ".join(o for o in (FAST_JVM_START if fast_jvm else "", jvm_start_options()) if o)
+    if options:
+        builder = (builder.config("spark.driver.extraJavaOptions", options)
+                   .config("spark.executor.extraJavaOptions", options))
     connector = kafka_connector_jars() + realtime_jars() if kafka_connector else []
     if connector:
         builder = builder.config("spark.jars", ",".join(connector))
     if master.startswith("local-cluster"):
         # Each worker of local-cluster[N,C,M] offers M MiB; the executor must fit in it.
         builder = builder.config("spark.executor.memory", "768m")
+    elif master.startswith("spark://"):
+        # A standalone cluster's workers (headrace.cluster.SparkCluster) offer 1 GiB and
+        # one core each: one small executor per worker, tasks retried as on any cluster.
+        builder = (builder.config("spark.executor.memory", "512m")
+                   .config("spark.executor.cores", "1")
+                   .config("spark.driver.host", os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)

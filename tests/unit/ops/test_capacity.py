@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from headrace.ops.capacity import (
     TopicRate,
+    broker_load,
     buffer_seconds,
     falls_off_in,
     format_bytes,
@@ -118,3 +119,26 @@ def test_falling_off_means_lag_reaches_the_window(lag: float, window: float, pro
         assert lag + (produce - consume) * t == pytest.approx(window)
     else:
         assert lag >= window
+
+
+def test_broker_load_of_a_replicated_cluster() -> None:
+    """Seed 004's 150 MB/s on 3 brokers, RF 3, min ISR 2, two consumer groups: every broker
+    writes 150 MB/s, receives 150 (50 from producers, 100 as a follower), sends 200
+    (100 to consumers, 100 to followers); one broker may fail."""
+    load = broker_load(150e6, brokers=3, replication=3, min_insync_replicas=2,
+                       partitions=12, consumer_groups=2)
+    assert load.disk_write_bytes_per_s == pytest.approx(150e6)
+    assert load.network_in_bytes_per_s == pytest.approx(150e6)
+    assert load.network_out_bytes_per_s == pytest.approx(200e6)
+    assert load.partition_replicas == 12
+    assert load.tolerated_failures == 1
+    single = broker_load(150e6, brokers=1, replication=1)
+    assert single.network_out_bytes_per_s == pytest.approx(150e6)
+    assert single.tolerated_failures == 0
+
+
+@pytest.mark.parametrize(("brokers", "replication", "min_isr"), [(2, 3, 1), (3, 3, 4), (3, 3, 0)])
+def test_broker_load_refuses_impossible_layouts(brokers: int, replication: int,
+                                                min_isr: int) -> None:
+    with pytest.raises(InvalidInputError):
+        broker_load(1e6, brokers, replication, min_isr)

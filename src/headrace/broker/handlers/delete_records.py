@@ -8,7 +8,9 @@ fsynced on a worker thread before the answer too. Errors per partition:
 OFFSET_OUT_OF_RANGE beyond the high watermark, POLICY_VIOLATION when the topic's
 cleanup.policy lacks delete (as Kafka), UNKNOWN_TOPIC_OR_PARTITION, INVALID_TOPIC_EXCEPTION
 for an internal topic (``internal_topics``: as Kafka, for every client). ``timeout_ms`` is not
-needed: there are no replicas to wait for.
+needed: there are no replicas to wait for. On a tiered topic the remote segments wholly
+below the new start are deleted from the object store by the tiering task (woken at once);
+no read reaches them from the answer on.
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                 parts.append(_PartResult(partition_index=p.partition_index, low_watermark=-1,
                                          error_code=error_code_for(e)))
         topics.append(_TopicResult(name=t.name, partitions=parts))
+    if changed and ctx.state.remote is not None:
+        ctx.state.remote.wake.set()
     if changed:
         await asyncio.to_thread(_sync, changed)
     return DeleteRecordsResponse(throttle_time_ms=0, topics=topics)

@@ -14,6 +14,13 @@ overlapping the read are listed so clients drop their records. With ACLs each to
 READ (else its partitions answer TOPIC_AUTHORIZATION_FAILED). Fetch sessions (KIP-227) are declined
 with session id 0, so clients send full fetches. Not implemented: follower fetching,
 rack-aware replica selection.
+
+Tiered topics: an offset below the local log start is read from the object store on the
+broker's remote-reader threads (``broker.tiering``): one partition's, from one remote
+segment, per response (the others come empty and are read by the next fetches, as in
+Kafka), while the event loop serves other requests; the response then does not
+long-poll. A store that fails answers KAFKA_STORAGE_ERROR for that partition (retriable:
+clients fetch again).
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from headrace.broker.errors import error_code_for
 from headrace.broker.registry import handles
 from headrace.broker.sendfile import FramedResponse
 from headrace.broker.state import TopicPartition
+from headrace.broker.tiering import RemoteRead, fill_remote_reads
 from headrace.errors import HeadraceError
 from headrace.protocol.acl_operations import AclOperation, ResourceType
 from headrace.protocol.errors import ErrorCode
@@ -37,9 +45,12 @@ from headrace.storage.log import FileRegion
 
 
 def _read_all(
-    ctx: RequestContext, request: Any, max_bytes: int, read_committed: bool
+    ctx: RequestContext, request: Any, max_bytes: int, read_committed: bool,
+    remote_reads: list[RemoteRead],
 ) -> tuple[list[FetchTopic], int, bool, list[FileRegion]]:
-    """One pass over every requested partition: (topics, bytes, any_error, regions)."""
+    """One pass over every requested partition: (topics, bytes, any_error, regions).
+    Partitions whose offset is in the object store get an empty placeholder and an entry
+    in ``remote_reads``."""
     logs = ctx.state.logs
     total = 0
     had_error = False
@@ -47,7 +58,7 @@ def _read_all(
     out = []
     by_id = ctx.state.topics_by_id() if ctx.api_version >= 13 else {}
     for topic in request.topics:
-        parts = []
+        parts: list[FetchPartition] = []
         topic_id = topic.topic_id if ctx.api_version >= 13 else None
         name = by_id.get(topic_id) if topic_id is not None else topic.topic
         if name is None:
@@ -64,6 +75,17 @@ def _read_all(
                 plog = logs.get_log(name, p.partition)
                 limit = min(p.partition_max_bytes, max(max_bytes - total, 0))
                 lso = plog.last_stable_offset
+                if (plog.remote is not None and ctx.state.remote is not None
+                        and plog.log_start_offset <= p.fetch_offset < plog.local_log_start_offset):
+                    if not remote_reads:  # as Kafka: one remote read per response
+                        remote_reads.append((len(out), len(parts), plog, p.fetch_offset,
+                                             limit, total == 0))
+                        total += 1  # a remote read answers at once: no long poll
+                    aborted = plog.aborted_between(p.fetch_offset, lso) if read_committed else None
+                    parts.append(FetchPartition(
+                        p.partition, 0, plog.log_end_offset, lso, plog.log_start_offset,
+                        aborted, -1, records=b"", records_length=0))
+                    continue
                 result = plog.read_region(p.fetch_offset, limit, min_one=total == 0,
                                           max_offset=lso if read_committed else None)
                 region = result.region
@@ -101,8 +123,11 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     else:
         tps = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
     notifier = ctx.state.notifier
+    remote_reads: list[RemoteRead] = []
     while True:
-        topics, total, had_error, regions = _read_all(ctx, request, max_bytes, read_committed)
+        remote_reads.clear()
+        topics, total, had_error, regions = _read_all(ctx, request, max_bytes, read_committed,
+                                                      remote_reads)
         remaining = deadline - time.monotonic()
         if total >= max(request.min_bytes, 1) or had_error or remaining <= 0 or not tps:
             break
@@ -115,4 +140,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             pass
         finally:
             notifier.unregister(tps, fut)
+    if remote_reads:
+        assert ctx.state.remote is not None
+        await fill_remote_reads(ctx.state.remote, ctx.state.metrics, topics, remote_reads)
     return FramedResponse(encode_fetch_response(ctx.api_version, topics, error_code=ErrorCode.NONE))

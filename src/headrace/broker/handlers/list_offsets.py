@@ -1,11 +1,13 @@
-"""ListOffsets (key 2), versions 1-8 (v0, removed in Kafka 4 by KIP-896, closes the
-connection as in Kafka 4).
+"""ListOffsets (key 2), versions 1-10 (v0, removed in Kafka 4 by KIP-896, closes the
+connection as in Kafka 4; v11's -6, earliest pending upload, is not served).
 
-Timestamps: -1 latest (log end offset), -2 earliest (log start offset), -3 the record with
-the largest timestamp (KIP-734), -4 earliest local (= earliest: no tiered storage), and a
-real timestamp: the first record whose timestamp reaches it (the time index finds the
-batch, which is then decoded), else offset -1. With read_committed (v2+), "latest" is
-the last stable offset.
+Timestamps: -1 latest (log end offset), -2 earliest (log start offset, in the object store
+on a tiered topic), -3 the record with the largest timestamp (KIP-734), -4 earliest local
+(the first offset on local disk, KIP-1005), -5 latest tiered (the highest offset in the
+object store, -1 if none, v9+, KIP-1005), and a real timestamp: the first record whose
+timestamp reaches it (the time index finds the batch, which is then decoded), else offset
+-1. Lookups in remote segments run on the remote-reader threads; v10's timeout_ms needs
+no waiting beyond that. With read_committed (v2+), "latest" is the last stable offset.
 """
 
 from __future__ import annotations
@@ -24,21 +26,36 @@ from headrace.storage.log import PartitionLog
 _TopicResp = ListOffsetsResponse.ListOffsetsTopicResponse
 _PartResp = _TopicResp.ListOffsetsPartitionResponse
 
-LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 
 
-def lookup(plog: PartitionLog, timestamp: int, read_committed: bool) -> tuple[int, int]:
+async def lookup(ctx: RequestContext, plog: PartitionLog, timestamp: int,
+                 read_committed: bool) -> tuple[int, int]:
     """``(offset, timestamp)`` answered for a ListOffsets timestamp query."""
     if timestamp == LATEST:
         return (plog.last_stable_offset if read_committed else plog.log_end_offset), -1
-    if timestamp in (EARLIEST, EARLIEST_LOCAL):
+    if timestamp == EARLIEST:
         return plog.log_start_offset, -1
+    if timestamp == EARLIEST_LOCAL:
+        return plog.local_log_start_offset, -1
+    if timestamp == LATEST_TIERED:
+        end = plog.remote.end_offset if plog.remote is not None else -1
+        return (end - 1 if end > 0 else -1), -1
+    tier = ctx.state.remote
+    cold = tier is not None and plog.remote is not None and (
+        plog.log_start_offset < plog.local_log_start_offset)
     if timestamp == MAX_TIMESTAMP:
+        if cold:
+            assert tier is not None
+            return await tier.max_timestamp(plog) or (-1, -1)
         return plog.max_timestamp() or (-1, -1)
+    if cold:
+        assert tier is not None
+        return await tier.offset_for_timestamp(plog, timestamp) or (-1, -1)
     return plog.offset_for_timestamp(timestamp) or (-1, -1)
 
 
-@handles(ListOffsetsRequest, ListOffsetsResponse, max_version=8, min_version=1)
+@handles(ListOffsetsRequest, ListOffsetsResponse, max_version=10, min_version=1)
 async def handle(ctx: RequestContext, request: Any) -> Any:
     read_committed = ctx.api_version >= 2 and request.isolation_level == 1
     topics = []
@@ -48,7 +65,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             try:
                 ctx.require(AclOperation.DESCRIBE, ResourceType.TOPIC, t.name)
                 plog = ctx.state.logs.get_log(t.name, p.partition_index)
-                offset, ts = lookup(plog, p.timestamp, read_committed)
+                offset, ts = await lookup(ctx, plog, p.timestamp, read_committed)
                 parts.append(_PartResp(partition_index=p.partition_index, error_code=0,
                                        timestamp=ts, offset=offset, leader_epoch=0))
             except (HeadraceError, OSError) as e:

@@ -61,12 +61,13 @@ class FraudRunError(PipelineError):
 
 @dataclass(frozen=True)
 class FraudTopics:
-    """Where ``run`` publishes: transactions keyed by card id, profiles (compacted) by user."""
+    """Where ``run`` publishes: transactions keyed by card id, profiles (compacted) by user.
+    ``replication_factor`` -1: the cluster's ``default.replication.factor``."""
 
     transactions: str = "transactions"
     profiles: str = "user-profiles"
     transaction_partitions: int = 4
-    replication_factor: int = 1
+    replication_factor: int = -1
 
 
 def generate(config: FraudConfig | None = None) -> Iterator[GeneratedEvent]:

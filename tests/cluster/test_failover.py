@@ -1,0 +1,195 @@
+"""A replicated Apache Kafka cluster (``headrace.cluster.KafkaCluster``: three brokers,
+replication factor 3, ``min.insync.replicas=2``) losing brokers to ``kill -9``, through
+real clients: acks=all producers, the schema registry, a consumer group.
+
+- with one of three brokers down, acks=all produces go on; with two down the leader
+  refuses them (NOT_ENOUGH_REPLICAS) and nothing acknowledged is lost once they return;
+- ``headrace registry`` creates ``_schemas`` replicated three times and keeps its ids
+  unique while the leader of ``_schemas`` is killed and restarted;
+- a consumer group whose coordinator is killed finds the new one, rebalances when a
+  second member joins, and consumes every record exactly once (commits after each batch);
+- ``headrace topics create`` without ``--replication-factor`` makes a topic replicated as
+  the cluster's ``default.replication.factor`` says.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, ConfigResource
+
+from headrace.cluster import KafkaCluster
+from headrace.registry.client import RegistryClient, RegistryClientError
+from headrace.testing import SchemaRegistryProcess, scaled
+from tests.cluster.conftest import create_topic, produce, read_committed
+
+pytestmark = pytest.mark.slow
+
+
+def _wait_isr_size(cluster: KafkaCluster, topic: str, size: int) -> None:
+    deadline = time.monotonic() + scaled(60)
+    while len(cluster.partitions(topic)[0].isrs) != size:
+        assert time.monotonic() < deadline, cluster.partitions(topic)[0]
+        time.sleep(0.1)
+
+
+def test_acks_all_with_one_broker_down_and_not_enough_replicas_with_two(
+        healed: KafkaCluster, topic_name: str) -> None:
+    cluster = healed
+    create_topic(cluster, topic_name)
+    assert sorted(cluster.partitions(topic_name)[0].replicas) == cluster.broker_ids
+    first = cluster.leader(topic_name)
+    before = [b"before-%d" % i for i in range(50)]
+    assert set(produce(cluster.bootstrap_servers, topic_name, before).values()) == {None}
+
+    cluster.kill(first)  # the leader: its partition moves to a follower
+    one_down = [b"one-down-%d" % i for i in range(50)]
+    outcome = produce(cluster.bootstrap_servers, topic_name, one_down,
+                       **{"enable.idempotence": True})
+    assert set(outcome.values()) == {None}, outcome
+    second = cluster.wait_for_leader(topic_name, not_on=first)
+
+    cluster.kill(second)
+    _wait_isr_size(cluster, topic_name, 1)
+    refused = produce(cluster.bootstrap_servers, topic_name, [b"refused"],
+                       **{"enable.idempotence": False, "retries": 0})
+    error = refused[b"refused"]
+    assert error is not None and error.code() == KafkaError.NOT_ENOUGH_REPLICAS, error
+
+    cluster.start_broker(first, wait=False)
+    cluster.start_broker(second)
+    cluster.wait_for_isr([topic_name])
+    got = [m.value() for m in read_committed(cluster.bootstrap_servers, topic_name)]
+    assert got == before + one_down
+
+
+def test_registry_replicates_schemas_and_keeps_ids_unique_across_a_broker_kill(
+        healed: KafkaCluster) -> None:
+    cluster = healed
+    with SchemaRegistryProcess(cluster.bootstrap_servers) as registry:
+        meta = cluster.partitions("_schemas")
+        assert [sorted(p.replicas) for p in meta.values()] == [cluster.broker_ids]
+        resource = ConfigResource(ConfigResource.Type.TOPIC, "_schemas")
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+        configs = admin.describe_configs([resource])[resource].result(scaled(30))
+        assert configs["min.insync.replicas"].value == "2"
+
+        client = RegistryClient(registry.url, timeout=scaled(30))
+        ids: dict[str, int] = {}
+
+        def register(n: int) -> None:
+            subject = f"cluster-{n}"
+            schema = json.dumps({"type": "record", "name": f"R{n}",
+                                 "fields": [{"name": "n", "type": "int"}]})
+            deadline = time.monotonic() + scaled(90)
+            while True:  # a write during the failover may fail; the client retries
+                try:
+                    ids[subject] = int(client.register(subject, schema)["id"])
+                    return
+                except RegistryClientError:
+                    assert time.monotonic() < deadline
+                    time.sleep(0.5)
+
+        for n in range(5):
+            register(n)
+        leader = cluster.leader("_schemas")
+        cluster.kill(leader)
+        for n in range(5, 10):
+            register(n)
+        cluster.start_broker(leader)
+        cluster.wait_for_isr(["_schemas"])
+        for n in range(10, 15):
+            register(n)
+        assert len(set(ids.values())) == 15, ids
+        for subject, schema_id in ids.items():
+            assert client.by_id(schema_id)["schema"].count(f'"R{subject.split("-")[1]}"') == 1
+        client.close()
+
+
+def _drain(consumers: list[Consumer], seen: list[bytes], until: int,
+           also: Any = None) -> None:
+    """Poll the consumers in turn, each batch committed synchronously after it is
+    recorded in ``seen``, until ``seen`` holds ``until`` records and ``also()`` (if given)
+    is true."""
+    deadline = time.monotonic() + scaled(90)
+    while len(seen) < until or (also is not None and not also()):
+        assert time.monotonic() < deadline, f"{len(seen)} of {until} records consumed"
+        for consumer in consumers:
+            msgs = [m for m in consumer.consume(100, timeout=0.1) if m.error() is None]
+            if msgs:
+                seen.extend(m.value() for m in msgs)
+                _commit(consumer)
+
+
+def _commit(consumer: Consumer) -> None:
+    deadline = time.monotonic() + scaled(60)
+    while True:
+        try:
+            consumer.commit(asynchronous=False)
+            return
+        except KafkaException as e:
+            if e.args[0].code() == KafkaError._NO_OFFSET:
+                return
+            assert time.monotonic() < deadline, e
+            time.sleep(0.2)
+
+
+def test_consumer_group_survives_a_coordinator_kill_and_rebalances(
+        healed: KafkaCluster, topic_name: str) -> None:
+    cluster = healed
+    create_topic(cluster, topic_name, partitions=3)
+    values = [b"v-%04d" % i for i in range(600)]
+    assert set(produce(cluster.bootstrap_servers, topic_name, values).values()) == {None}
+    group = f"{topic_name}-group"
+    settings = {"bootstrap.servers": cluster.bootstrap_servers, "group.id": group,
+                "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                "session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
+    first = Consumer(settings)
+    second: Consumer | None = None
+    seen: list[bytes] = []
+
+    def on_revoke(consumer: Consumer, _parts: Any) -> None:
+        _commit(consumer)  # what was consumed is committed before another member takes it
+
+    try:
+        first.subscribe([topic_name], on_revoke=on_revoke)
+        _drain([first], seen, 200)
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+        described = admin.describe_consumer_groups([group])[group].result(scaled(30))
+        coordinator = described.coordinator.id
+        cluster.kill(coordinator)
+        _drain([first], seen, 400)
+        cluster.start_broker(coordinator, wait=False)  # back while the group goes on
+        second = Consumer(settings)
+        second.subscribe([topic_name], on_revoke=on_revoke)
+        _drain([first, second], seen, 400, also=lambda: bool(second and second.assignment()))
+        more = [b"v-%04d" % i for i in range(600, 900)]
+        assert set(produce(cluster.bootstrap_servers, topic_name, more).values()) == {None}
+        values += more
+        _drain([first, second], seen, len(values))
+        after = admin.describe_consumer_groups([group])[group].result(scaled(30))
+        assert after.coordinator.id != coordinator
+        assert len(after.members) == 2
+    finally:
+        first.close()
+        if second is not None:
+            second.close()
+    assert sorted(seen) == values, (len(seen), len(set(seen)))
+
+
+def test_topics_create_takes_the_cluster_default_replication_factor(
+        kafka_cluster: KafkaCluster, topic_name: str) -> None:
+    """``headrace topics create NAME --partitions 2`` on a cluster with
+    ``default.replication.factor=3`` makes a replicated topic (it sent 1 before)."""
+    cmd = [sys.executable, "-m", "headrace", "topics", "create", topic_name, "-p", "2",
+           "-b", kafka_cluster.bootstrap_servers]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=scaled(60), check=False)
+    assert done.returncode == 0, done.stderr
+    assert [sorted(p.replicas) for p in kafka_cluster.partitions(topic_name).values()] \
+        == [kafka_cluster.broker_ids] * 2

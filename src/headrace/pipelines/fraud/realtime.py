@@ -39,9 +39,9 @@ from headrace.pipelines.fraud.pipeline import PROFILE_SCHEMA, TXN_SCHEMA, Pipeli
 from headrace.pipelines.fraud.rules import WEIGHTS, Thresholds
 from headrace.realtime import (
     AboveProfile,
-    RealtimeError,
     Burst,
     Profile,
+    RealtimeError,
     RuleSet,
     Travel,
     WindowCount,

@@ -42,6 +42,8 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 ALERTS = "fraud-alerts"
 CHECK = "fraud-alerts-microbatch"
+DLQ = "transactions-dlq"
+CHECK_DLQ = "transactions-dlq-microbatch"
 
 
 def realtime_worker(bootstrap: str, tmp_path: Path) -> SparkWorker:
@@ -50,11 +52,11 @@ def realtime_worker(bootstrap: str, tmp_path: Path) -> SparkWorker:
                        "realtime")
 
 
-def test_exact_alerts_equal_to_the_micro_batch_path(spark: SparkSession, tmp_path: Path
-                                                    ) -> None:
+def test_exact_alerts_and_dead_letters_equal_to_the_micro_batch_path(
+        spark: SparkSession, tmp_path: Path) -> None:
     with EmbeddedBroker() as broker:
         bootstrap = broker.bootstrap_servers
-        create_topics(bootstrap, ALERTS, CHECK)
+        create_topics(bootstrap, ALERTS, CHECK, DLQ, CHECK_DLQ)
         worker = realtime_worker(bootstrap, tmp_path)
         try:
             worker.spawn()
@@ -69,8 +71,10 @@ def test_exact_alerts_equal_to_the_micro_batch_path(spark: SparkSession, tmp_pat
             worker.kill()
         realtime = alerts_of(bootstrap, ALERTS)
         check_alerts(realtime, truth)
+        dead = dead_letters(bootstrap, DLQ)
         query = start(spark, PipelineConfig(bootstrap, str(tmp_path / "cp-microbatch"),
-                                            topics=PipelineTopics(alerts=CHECK),
+                                            topics=PipelineTopics(alerts=CHECK,
+                                                                  dead_letters=CHECK_DLQ),
                                             max_offsets_per_trigger=MAX_OFFSETS,
                                             available_now=True))
         query.awaitTermination(scaled(600))
@@ -78,6 +82,26 @@ def test_exact_alerts_equal_to_the_micro_batch_path(spark: SparkSession, tmp_pat
         microbatch = alerts_of(bootstrap, CHECK)
         check_alerts(microbatch, truth)
         assert alert_keys(realtime) == alert_keys(microbatch)
+        # every malformed transaction, once, with its bytes and coordinates, as the
+        # micro-batch path dead-letters it (the error texts are each path's own)
+        assert len(dead) == truth.malformed_count
+        assert set(dead) == set(dead_letters(bootstrap, CHECK_DLQ))
+        assert all(error for error in dead.values())
+        assert [a["txn_id"] for a in realtime if a["late"]] == \
+            [a["txn_id"] for a in realtime if a["ingest_ms"] - a["event_time"] > 60_000]
+
+
+def dead_letters(bootstrap: str, topic: str) -> dict[tuple[str, str, str, str, bytes], str]:
+    """(source topic, partition, offset, timestamp, value) -> error of each dead letter."""
+    out: dict[tuple[str, str, str, str, bytes], str] = {}
+    for m in read_all(bootstrap, topic):
+        h = {k: v.decode() for k, v in m.headers() or []}
+        coordinates = (h["headrace.source.topic"], h["headrace.source.partition"],
+                       h["headrace.source.offset"], h["headrace.source.timestamp"],
+                       m.value())
+        assert coordinates not in out, f"dead letter twice: {coordinates}"
+        out[coordinates] = h["headrace.error"]
+    return out
 
 
 def _run_with_kills(bootstrap: str, tmp_path: Path, seed: int, duration: float,
@@ -149,7 +173,7 @@ def test_kill_9_of_driver_and_broker_alerts_exactly_once(tmp_path: Path) -> None
             broker.kill()
             broker.start()
 
-        create_topics(bootstrap, ALERTS)
+        create_topics(bootstrap, ALERTS, DLQ)
         truth, skipped = _run_with_kills(bootstrap, tmp_path, seed=13, duration=50,
                                          driver_kills=3, kill_broker=kill_broker)
         alerts = alerts_of(bootstrap, ALERTS)
@@ -165,7 +189,7 @@ def test_kill_9_alerts_exactly_once_on_apache_kafka(tmp_path: Path) -> None:
     os.environ.setdefault("HEADRACE_JVM_LIB", str(REPO_ROOT / "jvm" / "lib"))
     with ApacheKafka() as kafka:
         bootstrap = kafka.bootstrap_servers
-        create_topics(bootstrap, ALERTS)
+        create_topics(bootstrap, ALERTS, DLQ)
         truth, skipped = _run_with_kills(bootstrap, tmp_path, seed=17, duration=25,
                                          driver_kills=1)
         alerts = alerts_of(bootstrap, ALERTS)

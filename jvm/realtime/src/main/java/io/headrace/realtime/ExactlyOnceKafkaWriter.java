@@ -431,7 +431,11 @@ public final class ExactlyOnceKafkaWriter extends ForeachWriter<Row> {
       String isolation) {
     List<TopicPartition> parts = new ArrayList<>();
     for (String t : topics) {
-      for (PartitionInfo pi : consumer.partitionsFor(t, Duration.ofSeconds(30))) {
+      List<PartitionInfo> infos = consumer.partitionsFor(t, Duration.ofSeconds(30));
+      if (infos == null || infos.isEmpty()) {
+        throw new IllegalStateException("output topic " + t + " does not exist");
+      }
+      for (PartitionInfo pi : infos) {
         parts.add(new TopicPartition(t, pi.partition()));
       }
     }

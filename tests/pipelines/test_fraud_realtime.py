@@ -2,7 +2,8 @@
 
 On the fixed seed the micro-batch tests use: exactly the injected incidents are alerted,
 once each, and the micro-batch pipeline on the same input raises the same alerts (card,
-rule). Killing the real-time driver (kill -9, whole process tree) several times while
+rule) and writes the same dead letters (every malformed transaction, with its bytes and
+coordinates). Killing the real-time driver (kill -9, whole process tree) several times while
 traffic flows, and the broker once, and restarting each: the alerts read with
 read_committed are exactly the expected ones, none missing and none twice (the exactly-once
 sink skips on replay what it had committed since the checkpoint); the same on Apache Kafka.

@@ -67,6 +67,9 @@ class LiveSettings:
     """Simulated card-terminal-to-broker delay (median, p99), part of detection latency."""
     checkpoint_interval: str = "1 minute"
     """realtime engine: Real-Time Mode's checkpoint period."""
+    exactly_once: bool = True
+    """realtime engine: alerts through the exactly-once sink (False: Spark's Kafka sink,
+    at-least-once; benchmarks compare the two)."""
     incidents_per_min: float = 10.0
     """Injected incidents of each of the four patterns per minute of traffic."""
     schema_registry_url: str | None = None
@@ -374,6 +377,7 @@ def _run(settings: LiveSettings, bootstrap: str, console: Console) -> LiveSummar
             queries.append(realtime.start(spark, realtime.RealtimeConfig(
                 bootstrap, f"{checkpoint}/realtime", topics=topics,
                 checkpoint_interval=settings.checkpoint_interval,
+                exactly_once=settings.exactly_once,
                 transaction_schema_id=encoder.schema_id if encoder else None,
                 profiles_envelope=envelope)))
         if not rt or settings.check:

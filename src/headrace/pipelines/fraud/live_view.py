@@ -32,7 +32,8 @@ class LiveState:
     all_alerts: list[tuple[str, int, Any]] = field(default_factory=list)
     alert_ids: set[str] = field(default_factory=set)
     repeats: int = 0
-    """Alerts read again with a transaction id already alerted (at-least-once repeats)."""
+    """Alerts read again with a transaction id already alerted (read_committed; 0 with the
+    exactly-once sink)."""
     latencies_ms: list[int] = field(default_factory=list)
     stages_ms: list[tuple[int, int, int]] = field(default_factory=list)
     """Real-time alerts' latency by stage: event time to the transaction's record time

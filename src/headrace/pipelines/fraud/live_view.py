@@ -115,8 +115,9 @@ class LiveSummary:
             both, rt_only, mb_only = self.agreement
             lines.append(f"checked by the micro-batch path: {both} alerts in both, "
                          f"{rt_only} real-time only, {mb_only} micro-batch only")
-        if self.repeats:
-            lines.append(f"repeated alerts (at-least-once, same transaction): {self.repeats}")
+        lines.append(f"alerts read (read_committed) {self.alerts + self.repeats}, distinct "
+                     f"{self.alerts}" + (f" ({self.repeats} repeated)" if self.repeats
+                                         else " (exactly once)"))
         lines += [
             f"late (side output) {self.late}  expected {self.expected_late}; "
             f"dead letters {self.dead_letters}  expected {self.expected_dead_letters}",

@@ -3,7 +3,8 @@ its own (``local[8]``: 5 source partitions + 2 shuffle partitions need 7 task sl
 
 ``python -m tests.pipelines.realtime_worker BOOTSTRAP CHECKPOINT INTERVAL``; says ``started``
 once the query runs, then ``progress <json>`` with the source end offsets (per topic, summed
-over partitions) at each checkpoint, and ``failed <error>`` if the query dies.
+over partitions) at each checkpoint, ``skipped <n>`` when the exactly-once sink has skipped
+``n`` alerts in all as already committed (replays), and ``failed <error>`` if the query dies.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ def main() -> None:
     query = start(spark, RealtimeConfig(bootstrap, checkpoint, checkpoint_interval=interval))
     say("started")
     seen = -1
+    said_skipped = 0
     while query.isActive:
         progress = query.lastProgress
         if progress and progress["batchId"] != seen:
@@ -31,6 +33,12 @@ def main() -> None:
                 for topic, parts in json.loads(source.get("endOffset") or "{}").items():
                     ends[topic] = ends.get(topic, 0) + sum(int(o) for o in parts.values())
             say(f"progress {json.dumps(ends)}")
+        jvm_view = spark.sparkContext._jvm
+        assert jvm_view is not None
+        skipped = int(jvm_view.io.headrace.realtime.ExactlyOnceKafkaWriter.counters()[1])
+        if skipped != said_skipped:
+            said_skipped = skipped
+            say(f"skipped {skipped}")
         time.sleep(0.2)
     say(f"failed {query.exception()}")
 

@@ -3,7 +3,7 @@ JVM rule operator (Java transformWithState), so the whole plan can run in Real-T
 
 ``apply_rules`` needs the operator's jar in the session (``make setup`` builds
 ``jvm/lib/realtime``; ``headrace.spark.session.local_session`` adds it). Its output has one
-row per row that fired: ``key``, ``id``, ``event_time_ms``, ``reasons`` (rule names, in rule
+row per row that fired (and one per ``passthrough`` row, with no reasons): ``key``, ``id``, ``event_time_ms``, ``reasons`` (rule names, in rule
 order), ``score``, then the rule set's ``carry`` columns. ``python_operators`` lists the
 Python operators of a plan (there must be none for Real-Time Mode).
 """
@@ -75,6 +75,10 @@ def apply_rules(rows: DataFrame, rules: RuleSet, initial_profiles: DataFrame | N
         t = F.when(is_profile, _epoch_ms(rows, rules.profile.time)).otherwise(event_ms)
     else:
         kind, t = F.lit("event"), event_ms
+    if rules.passthrough is not None:
+        passing = F.coalesce(predicate(rules.passthrough), F.lit(False))
+        kind = F.when(passing, F.lit("pass")).otherwise(kind)
+        t = F.when(passing, F.coalesce(t, F.lit(0))).otherwise(t)
     prepared = rows.withColumn(KIND, kind).withColumn(TIME, t.cast("long"))
     for r in rules.rules:
         for which in ("where", "when"):

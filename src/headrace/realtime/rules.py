@@ -157,7 +157,11 @@ class RuleSet:
     """Rules over a stream keyed by ``key``; ``id`` names a row (dedup of replays);
     ``event_time`` is epoch ms (long) or a timestamp column. ``carry`` columns are copied
     from the row that fired into the output. ``state_ttl`` bounds an idle key's state in
-    processing time (0: never expires; event-time pruning by ``keep`` applies anyway)."""
+    processing time (0: never expires; event-time pruning by ``keep`` applies anyway).
+    ``passthrough``: rows matching it are not evaluated and leave the operator as they came
+    (no reasons, score 0, the carry columns): the way to take rows the rules must not see
+    (dead letters) to the same sink, since Real-Time Mode allows no union after a stateful
+    operator."""
 
     rules: tuple[Rule, ...]
     key: str
@@ -168,6 +172,7 @@ class RuleSet:
     carry: tuple[str, ...] = ()
     profile: Profile | None = None
     state_ttl: Duration = "1 hour"
+    passthrough: Predicate | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not self.rules:

@@ -25,6 +25,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -67,6 +68,9 @@ class LiveSettings:
     """Simulated card-terminal-to-broker delay (median, p99), part of detection latency."""
     checkpoint_interval: str = "1 minute"
     """realtime engine: Real-Time Mode's checkpoint period."""
+    exactly_once: bool = True
+    """realtime engine: alerts through the exactly-once sink (False: Spark's Kafka sink,
+    at-least-once; benchmarks compare the two)."""
     incidents_per_min: float = 10.0
     """Injected incidents of each of the four patterns per minute of traffic."""
     schema_registry_url: str | None = None
@@ -315,13 +319,16 @@ def _run(settings: LiveSettings, bootstrap: str, console: Console) -> LiveSummar
         console.print(f"user profiles: PostgreSQL table {profiles_db.TABLE} -> CDC -> "
                       f"{capture.topic}")
     envelope = "debezium" if capture else ""
-    mb_topics = replace(topics, alerts=CHECK_ALERTS_TOPIC) if rt else topics
+    # the checking micro-batch path writes its own alerts and dead letters (the real-time
+    # path dead-letters malformed transactions too)
+    mb_topics = replace(topics, alerts=CHECK_ALERTS_TOPIC,
+                        dead_letters=f"{topics.dead_letters}-check") if rt else topics
     # Real-Time Mode holds a task slot per source partition (4 + 1) and shuffle partition
     # (2) for the whole run; the micro-batch pipeline needs a few more.
     spark = _spark(console, "local[10]" if rt else "local[2]", checkpoint)
     web = _web_console(settings, bootstrap, spark, console)
     _ensure_output_topics(bootstrap, [topics.alerts, mb_topics.alerts, topics.late,
-                                      topics.dead_letters])
+                                      topics.dead_letters, mb_topics.dead_letters])
     generator = FraudGenerator(config)
     state = LiveState()
     stop = threading.Event()
@@ -374,6 +381,7 @@ def _run(settings: LiveSettings, bootstrap: str, console: Console) -> LiveSummar
             queries.append(realtime.start(spark, realtime.RealtimeConfig(
                 bootstrap, f"{checkpoint}/realtime", topics=topics,
                 checkpoint_interval=settings.checkpoint_interval,
+                exactly_once=settings.exactly_once,
                 transaction_schema_id=encoder.schema_id if encoder else None,
                 profiles_envelope=envelope)))
         if not rt or settings.check:
@@ -403,7 +411,8 @@ def _run(settings: LiveSettings, bootstrap: str, console: Console) -> LiveSummar
             state.truth = truth_box[0]
             state.phase = "draining"
             _drain(settings, queries, mb_query, state, bootstrap, topics,
-                   lambda: live.update(view(state, settings.engine, settings.rate)))
+                   lambda: live.update(view(state, settings.engine, settings.rate)),
+                   (lambda: local_counters(spark)) if rt else None)
             state.phase = "done"
             live.update(view(state, settings.engine, settings.rate))
     finally:
@@ -449,9 +458,13 @@ def _wait_for_realtime_profiles(spark: Any, cards: int, timeout_s: float) -> Non
 
 
 def _drain(settings: LiveSettings, queries: list[Any], mb_query: Any, state: LiveState,
-           bootstrap: str, topics: PipelineTopics, refresh: Any) -> None:
-    """Wait until the pipelines have read everything: the micro-batch query has no lag
-    and the real-time alerts stopped changing for 3 s (or the drain timeout)."""
+           bootstrap: str, topics: PipelineTopics, refresh: Any,
+           rt_counters: Callable[[], tuple[int, int, int]] | None = None) -> None:
+    """Wait until the pipelines have read everything: the micro-batch query has no lag,
+    the real-time rule operator has handled every parsed transaction and each alert it
+    raised has been read, and the real-time alerts stopped changing for 3 s (or the drain
+    timeout). A quiet spell alone is not enough: Real-Time Mode stalls for seconds at
+    batch boundaries on a loaded machine."""
     deadline = time.monotonic() + settings.drain_timeout_s
     sent_txns = _end_offset(bootstrap, topics.transactions)
     seen, still_since = -1, time.monotonic()
@@ -462,7 +475,12 @@ def _drain(settings: LiveSettings, queries: list[Any], mb_query: Any, state: Liv
             seen, still_since = len(state.all_alerts), time.monotonic()
         mb_done = mb_query is None or (
             state.lag == 0 and state.parsed + state.dead_letters >= sent_txns)
-        if mb_done and time.monotonic() - still_since >= 3.0:
+        rt_done = True
+        if rt_counters is not None:
+            _, events, raised = rt_counters()
+            rt_done = (events + state.dead_letters >= sent_txns
+                       and raised <= len(state.all_alerts) + state.repeats)
+        if mb_done and rt_done and time.monotonic() - still_since >= 3.0:
             break
         time.sleep(0.5)
     time.sleep(1.0)

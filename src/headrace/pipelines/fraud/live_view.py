@@ -32,7 +32,8 @@ class LiveState:
     all_alerts: list[tuple[str, int, Any]] = field(default_factory=list)
     alert_ids: set[str] = field(default_factory=set)
     repeats: int = 0
-    """Alerts read again with a transaction id already alerted (at-least-once repeats)."""
+    """Alerts read again with a transaction id already alerted (read_committed; 0 with the
+    exactly-once sink)."""
     latencies_ms: list[int] = field(default_factory=list)
     stages_ms: list[tuple[int, int, int]] = field(default_factory=list)
     """Real-time alerts' latency by stage: event time to the transaction's record time
@@ -114,8 +115,9 @@ class LiveSummary:
             both, rt_only, mb_only = self.agreement
             lines.append(f"checked by the micro-batch path: {both} alerts in both, "
                          f"{rt_only} real-time only, {mb_only} micro-batch only")
-        if self.repeats:
-            lines.append(f"repeated alerts (at-least-once, same transaction): {self.repeats}")
+        lines.append(f"alerts read (read_committed) {self.alerts + self.repeats}, distinct "
+                     f"{self.alerts}" + (f" ({self.repeats} repeated)" if self.repeats
+                                         else " (exactly once)"))
         lines += [
             f"late (side output) {self.late}  expected {self.expected_late}; "
             f"dead letters {self.dead_letters}  expected {self.expected_dead_letters}",

@@ -8,17 +8,25 @@ is exploded to one row per card and kept in that card's state, so profile update
 Alerts go to ``fraud-alerts`` through Spark's Kafka sink, each as soon as its transaction is
 handled (``trigger(realTime=...)``: the interval is the checkpoint period, not a latency).
 
-Delivery: Spark's Kafka sink gives **at-least-once**. A checkpoint commits every
-``checkpoint_interval``; after a crash the query restarts from the last commit and replays
-the records since, so alerts of that stretch may be written twice. Each alert keeps its
-identity (card id, transaction id, reasons), so consumers drop repeats by ``txn_id``. An
-exactly-once sink (a transaction per task and epoch, as the micro-batch sink does) would make
-alerts readable to read_committed consumers only when the epoch commits, i.e. after the
-checkpoint interval instead of within milliseconds; that is the micro-batch path's trade.
+Delivery: **exactly once** for read_committed consumers (``exactly_once``, the default): the
+alerts go through the JVM sink ``io.headrace.realtime.ExactlyOnceKafkaWriter``, which writes
+them in short Kafka transactions (committed every ``commit_interval_ms``, so an alert is
+readable within tens of milliseconds, not at the checkpoint interval) with a transactional
+id per (query id, task partition). After a crash the query replays from its last checkpoint;
+the sink then reads what it already committed since that epoch began (the output topic's end
+offsets it recorded under ``<checkpoint>/exactly-once-sink`` when the epoch started) and
+skips those alerts (by transaction id) instead of writing them again. Consumers that read
+uncommitted see aborted attempts too. ``exactly_once=False`` is Spark's own Kafka sink:
+at-least-once (alerts since the last checkpoint may come twice after a crash, identical).
 
-What this path does not do (the micro-batch pipeline does, and checks this one): late-data
-side output and the watermark (a late transaction is evaluated against the card's state like
-any other), dead letters (malformed records are dropped here), exactly-once output.
+Dead letters: with the exactly-once sink, a transaction record that does not parse (bad
+JSON or Avro, a required field missing or of the wrong type) goes to the dead-letter topic
+with its key and bytes, the error (``headrace.error``) and its coordinates
+(``headrace.source.topic/partition/offset/timestamp``), the shape of the micro-batch path's
+dead letters, in the same query and exactly once (its id is its coordinates). Late data: no
+watermark and no side output here (a late transaction is evaluated against the card's state
+like any other); an alert on a transaction that arrived more than ``late_after_ms`` after its
+event time says ``"late": true``.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from py4j.protocol import Py4JError
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
@@ -33,10 +42,12 @@ from pyspark.sql.streaming.query import StreamingQuery
 from headrace.pipelines.fraud.avro import TRANSACTION_SCHEMA, header
 from headrace.pipelines.fraud.pipeline import PROFILE_SCHEMA, TXN_SCHEMA, PipelineTopics
 from headrace.pipelines.fraud.rules import WEIGHTS, Thresholds
+from headrace.pipelines.fraud.truth import LATE_THRESHOLD_MS
 from headrace.realtime import (
     AboveProfile,
     Burst,
     Profile,
+    RealtimeError,
     RuleSet,
     Travel,
     WindowCount,
@@ -71,11 +82,23 @@ class RealtimeConfig:
     14 s for 100k cards on 2 cores, during which transactions wait); without it profiles
     arrive through the stream like any record, and a caller waits until they are in
     (``headrace.realtime.local_counters``)."""
+    exactly_once: bool = True
+    """Alerts through the transactional sink (exactly once for read_committed readers);
+    False: Spark's Kafka sink (at-least-once, no transactions)."""
+    late_after_ms: int = LATE_THRESHOLD_MS
+    """An alert's ``late`` flag: its transaction reached the broker this long after its event
+    time (the ground truth's definition of late)."""
+    commit_interval_ms: int = 25
+    """The exactly-once sink's transaction length: the most an alert waits, once handled,
+    before read_committed consumers can read it (plus one commit round trip)."""
 
 
-def fraud_rules(th: Thresholds, profiles_topic: str = "user-profiles") -> RuleSet:
+def fraud_rules(th: Thresholds, profiles_topic: str = "user-profiles",
+                dead_letters: bool = False) -> RuleSet:
     """The detector's four rules in the rule API (the same thresholds, cool-down and
-    horizon as ``rules.CardState``, which the micro-batch path runs)."""
+    horizon as ``rules.CardState``, which the micro-batch path runs). With
+    ``dead_letters``, rows with a ``dl_error`` (``input_rows``) pass through the operator
+    with their ``DEAD_COLUMNS``."""
     return RuleSet(
         rules=(
             WindowCount("velocity", window=th.velocity_window_ms, hop=th.velocity_hop_ms,
@@ -90,9 +113,11 @@ def fraud_rules(th: Thresholds, profiles_topic: str = "user-profiles") -> RuleSe
         ),
         key="card_id", id="txn_id", event_time="event_time",
         cooldown=th.quiet_ms, keep=th.keep_ms,
-        carry=("user_id", "amount", "city", "ingest_ms"),
+        carry=("user_id", "amount", "city", "ingest_ms",
+               *(DEAD_COLUMNS if dead_letters else ())),
         profile=Profile(when=F.col("topic") == F.lit(profiles_topic), time="updated_at",
                         fields=("avg_amount", "std_amount")),
+        passthrough=F.col("dl_error").isNotNull() if dead_letters else None,
     )
 
 
@@ -103,6 +128,44 @@ def _profile(value: Column, envelope: str) -> Column:
     return F.from_json(value, PROFILE_SCHEMA)
 
 
+def _transaction(value: Column, transaction_schema_id: int | None) -> Column:
+    """The transaction struct of a record value (null fields where it does not parse)."""
+    txn = F.from_json(value.cast("string"), TXN_SCHEMA)
+    if transaction_schema_id is not None:
+        from pyspark.sql.avro.functions import from_avro
+
+        framed = F.substring(value, 1, 5) == F.lit(header(transaction_schema_id))
+        txn = F.when(framed, from_avro(F.expr("substring(value, 6)"), TRANSACTION_SCHEMA,
+                                       {"mode": "PERMISSIVE"}))
+    return txn
+
+
+DEAD_COLUMNS = ("dl_error", "dl_key", "dl_value", "dl_topic", "dl_partition", "dl_offset",
+                "dl_timestamp")
+"""What a dead letter carries through the rule operator (null on every other row)."""
+
+
+def _dead_letter_columns(txn: Column, is_txn: Column) -> tuple[Column, list[Column]]:
+    """(is a dead letter, the ``DEAD_COLUMNS``) of a transaction record that does not parse
+    (bad JSON or Avro, a required field missing or of the wrong type)."""
+    missing = F.filter(F.array(*[F.when(txn[n].isNull(), F.lit(n)) for n in REQUIRED]),
+                       lambda c: c.isNotNull())
+    dead = is_txn & (F.col("value").isNull() | txn.isNull() | (F.size(missing) > 0))
+    error = (F.when(F.col("value").isNull(), F.lit("the record has no value"))
+             .when(txn.isNull() | (F.size(missing) == len(REQUIRED)),
+                   F.lit("not a transaction: the value does not parse"))
+             .otherwise(F.concat(F.lit("required fields missing or of the wrong type: "),
+                                 F.array_join(missing, ", "))))
+    return dead, [
+        F.when(dead, error).alias("dl_error"),
+        F.when(dead, F.col("key")).alias("dl_key"),
+        F.when(dead, F.col("value")).alias("dl_value"),
+        F.when(dead, F.col("topic")).alias("dl_topic"),
+        F.when(dead, F.col("partition")).alias("dl_partition"),
+        F.when(dead, F.col("offset")).alias("dl_offset"),
+        F.when(dead, F.unix_millis(F.col("timestamp"))).alias("dl_timestamp")]
+
+
 def input_rows(raw: DataFrame, topics: PipelineTopics,
                transaction_schema_id: int | None = None, profiles_envelope: str = ""
                ) -> DataFrame:
@@ -110,28 +173,28 @@ def input_rows(raw: DataFrame, topics: PipelineTopics,
     and one per (profile, card), the shape ``fraud_rules`` reads. Spark SQL only (with
     ``transaction_schema_id``, Spark's ``from_avro`` in the JVM)."""
     value = F.col("value").cast("string")
-    txn = F.from_json(value, TXN_SCHEMA)
-    if transaction_schema_id is not None:
-        from pyspark.sql.avro.functions import from_avro
-
-        framed = F.substring(F.col("value"), 1, 5) == F.lit(header(transaction_schema_id))
-        txn = F.when(framed, from_avro(F.expr("substring(value, 6)"), TRANSACTION_SCHEMA,
-                                       {"mode": "PERMISSIVE"}))
+    txn = _transaction(F.col("value"), transaction_schema_id)
     prof = _profile(value, profiles_envelope)
     is_profile = F.col("topic") == F.lit(topics.profiles)
     complete = F.lit(True)
     for name in REQUIRED:
         complete = complete & txn[name].isNotNull()
-    cards = F.when(is_profile, prof["card_ids"]).when(complete, F.array(txn["card_id"]))
+    dead, dead_columns = _dead_letter_columns(
+        txn, F.col("topic") == F.lit(topics.transactions))
+    coordinates = F.concat_ws(":", F.lit("dead"), F.col("topic"),
+                              F.col("partition").cast("string"), F.col("offset").cast("string"))
+    # a dead letter is keyed (and so spread over the shuffle partitions) by its coordinates
+    cards = (F.when(is_profile, prof["card_ids"]).when(dead, F.array(coordinates))
+             .when(complete, F.array(txn["card_id"])))
     return raw.select(
         F.col("topic"),
         F.explode(cards).alias("card_id"),
-        txn["txn_id"].alias("txn_id"), txn["user_id"].alias("user_id"),
+        F.when(dead, coordinates).otherwise(txn["txn_id"]).alias("txn_id"), txn["user_id"].alias("user_id"),
         txn["amount"].alias("amount"), txn["lat"].alias("lat"), txn["lon"].alias("lon"),
         txn["city"].alias("city"), txn["event_time"].alias("event_time"),
         prof["avg_amount"].alias("avg_amount"), prof["std_amount"].alias("std_amount"),
         prof["updated_at"].alias("updated_at"),
-        F.unix_millis(F.col("timestamp")).alias("ingest_ms"))
+        F.unix_millis(F.col("timestamp")).alias("ingest_ms"), *dead_columns)
 
 
 def current_profiles(spark: SparkSession, cfg: RealtimeConfig) -> DataFrame:
@@ -155,28 +218,71 @@ def current_profiles(spark: SparkSession, cfg: RealtimeConfig) -> DataFrame:
 
 def alerts(spark: SparkSession, cfg: RealtimeConfig) -> DataFrame:
     """The stream of alerts (columns as the micro-batch path's alert JSON, plus
-    ``ingest_ms``: the transaction record's Kafka timestamp). With ``preload_profiles`` and
-    a fresh checkpoint the profile topic as it stands is loaded first (``current_profiles``,
-    as initial state); profile records flow through the stream either way."""
+    ``ingest_ms``: the transaction record's Kafka timestamp, and ``late``). With
+    ``preload_profiles`` and a fresh checkpoint the profile topic as it stands is loaded
+    first (``current_profiles``, as initial state); profile records flow through the stream
+    either way."""
+    return alert_columns(operator_output(spark, cfg), cfg)
+
+
+def operator_output(spark: SparkSession, cfg: RealtimeConfig) -> DataFrame:
+    """The rule operator's output over both topics: alerts and pass-through dead letters."""
     raw = (spark.readStream.format("kafka")
            .option("kafka.bootstrap.servers", cfg.bootstrap_servers)
            .option("subscribe", f"{cfg.topics.transactions},{cfg.topics.profiles}")
            .option("startingOffsets", cfg.starting_offsets)
            .load())
-    out = apply_rules(input_rows(raw, cfg.topics, cfg.transaction_schema_id,
-                                 cfg.profiles_envelope),
-                      fraud_rules(cfg.thresholds, cfg.topics.profiles),
-                      initial_profiles=current_profiles(spark, cfg) if cfg.preload_profiles
-                      else None)
-    return out.select(F.col("id").alias("txn_id"), F.col("key").alias("card_id"), "user_id",
-                      F.col("event_time_ms").alias("event_time"), "amount", "city", "reasons",
-                      "score", "ingest_ms")
+    return apply_rules(input_rows(raw, cfg.topics, cfg.transaction_schema_id,
+                                  cfg.profiles_envelope),
+                       fraud_rules(cfg.thresholds, cfg.topics.profiles, dead_letters=True),
+                       initial_profiles=current_profiles(spark, cfg) if cfg.preload_profiles
+                       else None)
+
+
+def _alert_fields(cfg: RealtimeConfig) -> list[Column]:
+    late = (F.col("ingest_ms") - F.col("event_time_ms")) > F.lit(cfg.late_after_ms)
+    return [F.col("id").alias("txn_id"), F.col("key").alias("card_id"), F.col("user_id"),
+            F.col("event_time_ms").alias("event_time"), F.col("amount"), F.col("city"),
+            F.col("reasons"), F.col("score"), F.col("ingest_ms"), late.alias("late")]
+
+
+def alert_columns(out: DataFrame, cfg: RealtimeConfig) -> DataFrame:
+    """The alerts of the operator's output (``operator_output``), as ``alerts`` has them."""
+    return out.where(F.col("dl_error").isNull()).select(*_alert_fields(cfg))
+
+
+def exactly_once_rows(out: DataFrame, cfg: RealtimeConfig) -> DataFrame:
+    """The operator's output as the exactly-once sink's rows (``topic``, ``key``, ``value``,
+    ``id``, ``headers``): alerts (JSON, keyed by card, id = transaction id) to the alert
+    topic; dead letters to the dead-letter topic with the record's key and bytes, headers
+    ``headrace.error`` and ``headrace.source.topic/partition/offset/timestamp`` (as the
+    micro-batch path's dead letters), id = ``dead:<topic>:<partition>:<offset>``."""
+    dead = F.col("dl_error").isNotNull()
+    headers = F.create_map(
+        F.lit("headrace.error"), F.col("dl_error"),
+        F.lit("headrace.source.topic"), F.col("dl_topic"),
+        F.lit("headrace.source.partition"), F.col("dl_partition").cast("string"),
+        F.lit("headrace.source.offset"), F.col("dl_offset").cast("string"),
+        F.lit("headrace.source.timestamp"), F.col("dl_timestamp").cast("string"))
+    alert = F.to_json(F.struct(*_alert_fields(cfg))).cast("binary")
+    return out.select(
+        F.when(dead, F.lit(cfg.topics.dead_letters)).otherwise(F.lit(cfg.topics.alerts))
+        .alias("topic"),
+        F.when(dead, F.col("dl_key")).otherwise(F.col("key").cast("binary")).alias("key"),
+        F.when(dead, F.col("dl_value")).otherwise(alert).alias("value"),
+        F.col("id"), F.when(dead, headers).alias("headers"))
 
 
 def sink_rows(out: DataFrame) -> DataFrame:
-    """Alerts as Kafka records: key = card id, value = the alert as JSON."""
+    """Alerts as Kafka records: key = card id, value = the alert as JSON, id = the
+    transaction id (what the exactly-once sink recognises a replayed alert by)."""
     return out.select(F.col("card_id").alias("key"),
-                      F.to_json(F.struct(*out.columns)).alias("value"))
+                      F.to_json(F.struct(*out.columns)).alias("value"),
+                      F.col("txn_id").alias("id"))
+
+
+SINK_STATE = "exactly-once-sink"
+"""Where, under the checkpoint, the exactly-once sink records each epoch's start offsets."""
 
 
 def start(spark: SparkSession, cfg: RealtimeConfig, query_name: str = "fraud-realtime"
@@ -184,8 +290,13 @@ def start(spark: SparkSession, cfg: RealtimeConfig, query_name: str = "fraud-rea
     """Start the real-time query (``outputMode("update")``, ``trigger(realTime=...)``).
     The session needs ``format("kafka")`` and the rule operator (``local_session`` adds both
     when ``make setup`` built them) and a task slot per source partition plus one per shuffle
-    partition (e.g. ``local[8]`` for 4 + 1 topic partitions and 2 shuffle partitions)."""
-    writer = (sink_rows(alerts(spark, cfg)).writeStream.format("kafka")
+    partition (e.g. ``local[8]`` for 4 + 1 topic partitions and 2 shuffle partitions).
+    Raises ``RealtimeError`` when ``exactly_once`` and the sink's jar is not in the session."""
+    out = operator_output(spark, cfg)
+    if cfg.exactly_once:
+        return _start_exactly_once(spark, exactly_once_rows(out, cfg), cfg, query_name)
+    rows = sink_rows(alert_columns(out, cfg))
+    writer = (rows.drop("id").writeStream.format("kafka")
               .queryName(query_name)
               .option("kafka.bootstrap.servers", cfg.bootstrap_servers)
               .option("topic", cfg.topics.alerts)
@@ -196,3 +307,27 @@ def start(spark: SparkSession, cfg: RealtimeConfig, query_name: str = "fraud-rea
     trigger: Any = writer.trigger
     query: StreamingQuery = trigger(realTime=cfg.checkpoint_interval).start()
     return query
+
+
+def _start_exactly_once(spark: SparkSession, rows: DataFrame, cfg: RealtimeConfig,
+                        query_name: str) -> StreamingQuery:
+    # PySpark's foreach takes Python functions only, which Real-Time Mode feeds at batch end:
+    # the JVM writer goes on the JVM's DataStreamWriter directly.
+    jvm_view = spark.sparkContext._jvm
+    gateway = spark.sparkContext._gateway
+    assert jvm_view is not None and gateway is not None
+    topics = gateway.new_array(jvm_view.java.lang.String, 2)
+    topics[0], topics[1] = cfg.topics.alerts, cfg.topics.dead_letters
+    try:
+        writer = jvm_view.io.headrace.realtime.ExactlyOnceKafkaWriter(
+            cfg.bootstrap_servers, topics, f"{cfg.checkpoint.rstrip('/')}/{SINK_STATE}",
+            cfg.commit_interval_ms, 10_000, jvm_view.java.util.HashMap())
+    except Py4JError as e:
+        raise RealtimeError("the exactly-once sink (io.headrace.realtime."
+                            "ExactlyOnceKafkaWriter) is not on this session's classpath: "
+                            f"run `make setup` ({e})") from e
+    trigger = jvm_view.org.apache.spark.sql.streaming.Trigger.RealTime(cfg.checkpoint_interval)
+    jquery = (rows._jdf.writeStream().foreach(writer).queryName(query_name)
+              .option("checkpointLocation", cfg.checkpoint).outputMode("update")
+              .trigger(trigger).start())
+    return StreamingQuery(jquery)

@@ -61,19 +61,23 @@ public final class RuleProcessor
     KeyState s = state.exists() ? KeyState.fromBytes(state.get(), nFields, nFlags)
         : new KeyState();
     List<Row> events = new ArrayList<>();
+    List<Row> passed = new ArrayList<>();
     boolean changed = false;
     for (Iterator<Row> it = CollectionConverters.asJava(rows); it.hasNext(); ) {
       Row r = it.next();
-      if ("profile".equals(r.getString(spec.kind))) {
+      String kind = r.getString(spec.kind);
+      if ("profile".equals(kind)) {
         changed |= takeProfile(s, r);
         COUNTS.incrementAndGet(0);
+      } else if ("pass".equals(kind)) {
+        passed.add(passThrough(key, r));
       } else {
         events.add(r);
       }
     }
     events.sort(Comparator.<Row>comparingLong(r -> r.getLong(spec.time))
         .thenComparing(r -> r.getString(spec.id)));
-    List<Row> out = new ArrayList<>();
+    List<Row> out = new ArrayList<>(passed);
     for (Row r : events) {
       changed = true;
       Row alert = evaluate(s, key, r);
@@ -274,5 +278,19 @@ public final class RuleProcessor
       return km > 0 ? Double.POSITIVE_INFINITY : 0.0;
     }
     return km / hours;
+  }
+
+  /** A pass-through row (RuleSet.passthrough) as an output row: no reasons, score 0. */
+  private Row passThrough(String key, Row r) {
+    Object[] values = new Object[5 + spec.carryCols.length];
+    values[0] = key;
+    values[1] = r.isNullAt(spec.id) ? null : r.getString(spec.id);
+    values[2] = r.getLong(spec.time);
+    values[3] = CollectionConverters.asScala(new ArrayList<String>()).toSeq();
+    values[4] = 0.0;
+    for (int i = 0; i < spec.carryCols.length; i++) {
+      values[5 + i] = r.get(spec.carryCols[i]);
+    }
+    return RowFactory.create(values);
   }
 }

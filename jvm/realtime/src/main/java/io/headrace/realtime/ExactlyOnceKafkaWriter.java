@@ -1,0 +1,477 @@
+package io.headrace.realtime;
+
+import java.io.BufferedReader;
+import java.io.IOException;
+import java.io.InputStreamReader;
+import java.io.OutputStream;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.Set;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FileStatus;
+import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.fs.Path;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.PartitionInfo;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+import org.apache.spark.TaskContext;
+import org.apache.spark.sql.ForeachWriter;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.types.StructType;
+
+/**
+ * An exactly-once Kafka sink for Spark Real-Time Mode (a JVM {@link ForeachWriter}, which RTM
+ * allows and feeds row by row as rows arrive): what read_committed consumers read is every
+ * output row exactly once, through any crash of the driver, an executor or the broker.
+ *
+ * <p>Rows have columns {@code key} (string or binary, may be null), {@code value} (string or
+ * binary), {@code id} (string: the row's identity, the same when a replay produces the row
+ * again; the fraud path uses the transaction id), optionally {@code topic} (string: where the
+ * row goes, one of the writer's topics; null or absent: the first) and optionally
+ * {@code headers} (map of string to string).
+ *
+ * <p>Design.
+ *
+ * <ul>
+ *   <li>Short transactions. Each task (query id, partition) has one transactional producer,
+ *       {@code transactional.id = headrace-rt-<query id>-<partition>}. Rows are sent inside a
+ *       transaction that a flusher thread commits once it is {@code commitIntervalMs} old (or
+ *       at {@code maxRecords} rows): an output row is readable with read_committed within
+ *       about that interval plus one commit round trip, not at the checkpoint interval.
+ *       {@code initTransactions} in {@link #open} fences an older incarnation of the task and
+ *       aborts its open transaction, so what a dead task had not committed is never read.
+ *   <li>Skipping on replay. After a restart Spark replays the input since the last
+ *       checkpoint, and the alerts of that stretch come again; some were already committed
+ *       by short transactions. Each record carries headers {@code headrace.id} (the row's id)
+ *       and {@code headrace.task} (the task partition; a replay routes a row to the same
+ *       one). Before writing anything in an epoch, a task's first attempt records in
+ *       {@code <stateDir>/<epoch>-<partition>} (atomically) the output topics' end offsets
+ *       at that moment. A retry of the epoch (the file exists) reads the output from those
+ *       offsets to its end with read_committed (after its own {@code initTransactions}, so
+ *       nothing of the crashed attempt is still open) and skips rows whose id one of its
+ *       earlier attempts committed.
+ *   <li>Replays that span epochs. The retried batch may end (at the checkpoint interval)
+ *       before reaching the input the crashed attempt had reached, so the rest of the replay
+ *       comes in later epochs. A task that closes an epoch successfully writes the ids of
+ *       its skip set it did not meet to {@code <epoch>-<partition>.rest}; the next epoch's
+ *       first attempt starts from those (and records them in its own file, for its
+ *       retries). Skipping an id already committed is always safe (one row per id), so the
+ *       set only has to be large enough, never exact. Files of epochs older than the
+ *       previous one are removed (an epoch starts once the one before has committed).
+ * </ul>
+ *
+ * <p>Contract: rows with the same id in one epoch are the same output (the fraud path emits
+ * at most one alert per transaction); the ids of an epoch's committed output fit in memory.
+ * A failed commit fails the task (and Spark restarts it or the query), never drops a row.
+ */
+public final class ExactlyOnceKafkaWriter extends ForeachWriter<Row> {
+  private static final long serialVersionUID = 1L;
+  /** The header carrying a row's id (what a replay compares). */
+  public static final String ID_HEADER = "headrace.id";
+  /** The header naming the task partition that wrote a row (a replay routes rows alike). */
+  public static final String PARTITION_HEADER = "headrace.task";
+  private static final AtomicLong WRITTEN = new AtomicLong();
+  private static final AtomicLong SKIPPED = new AtomicLong();
+
+  /**
+   * {rows written, rows skipped as already committed} by this JVM's tasks since it started
+   * (in local mode the whole query's; tests and benchmarks read it).
+   */
+  public static long[] counters() {
+    return new long[] {WRITTEN.get(), SKIPPED.get()};
+  }
+
+  private final String bootstrap;
+  private final String[] topics;
+  private final String stateDir;
+  private final long commitIntervalMs;
+  private final int maxRecords;
+  private final Map<String, String> producerConfig;
+
+  private transient KafkaProducer<byte[], byte[]> producer;
+  private transient Set<String> committed;
+  private transient ScheduledExecutorService flusher;
+  private transient Object lock;
+  private transient boolean inTxn;
+  private transient long txnStartNs;
+  private transient int pending;
+  private transient volatile RuntimeException failure;
+  private transient byte[] partitionHeader;
+  private transient long partitionId;
+  private transient long epochId;
+
+  /**
+   * {@code topics}: the first is the default destination; replays are checked against all.
+   * {@code producerConfig}: extra producer settings (e.g. timeouts); may be empty.
+   */
+  public ExactlyOnceKafkaWriter(String bootstrap, String[] topics, String stateDir,
+      long commitIntervalMs, int maxRecords, Map<String, String> producerConfig) {
+    if (topics.length == 0) {
+      throw new IllegalArgumentException("at least one output topic");
+    }
+    this.bootstrap = bootstrap;
+    this.topics = topics.clone();
+    this.stateDir = stateDir;
+    this.commitIntervalMs = Math.max(1, commitIntervalMs);
+    this.maxRecords = Math.max(1, maxRecords);
+    this.producerConfig = new HashMap<>(producerConfig);
+  }
+
+  @Override
+  public boolean open(long partitionId, long epochId) {
+    TaskContext ctx = TaskContext.get();
+    String queryId = ctx == null ? null : ctx.getLocalProperty("sql.streaming.queryId");
+    if (queryId == null) {
+      throw new IllegalStateException("the exactly-once sink runs in a streaming query only");
+    }
+    Properties p = new Properties();
+    p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+    p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, "headrace-rt-" + queryId + "-" + partitionId);
+    p.put(ProducerConfig.LINGER_MS_CONFIG, "0");
+    p.put(ProducerConfig.ACKS_CONFIG, "all");
+    // a crashed task's open transaction holds read_committed readers back until it is
+    // aborted: by the task's next incarnation, or by the coordinator after this long
+    p.put(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, "20000");
+    p.putAll(producerConfig);
+    producer = new KafkaProducer<>(p, new ByteArraySerializer(), new ByteArraySerializer());
+    producer.initTransactions();
+    lock = new Object();
+    this.partitionId = partitionId;
+    this.epochId = epochId;
+    partitionHeader = Long.toString(partitionId).getBytes(StandardCharsets.UTF_8);
+    try {
+      committed = alreadyCommitted(partitionId, epochId);
+    } catch (IOException e) {
+      throw new IllegalStateException("the sink's epoch record in " + stateDir + ": " + e, e);
+    }
+    flusher = Executors.newSingleThreadScheduledExecutor(r -> {
+      Thread t = new Thread(r, "headrace-eos-flusher-" + partitionId);
+      t.setDaemon(true);
+      return t;
+    });
+    long tick = Math.max(1, commitIntervalMs / 4);
+    flusher.scheduleWithFixedDelay(this::flushIfDue, tick, tick, TimeUnit.MILLISECONDS);
+    return true;
+  }
+
+  @Override
+  public void process(Row row) {
+    RuntimeException f = failure;
+    if (f != null) {
+      throw f;
+    }
+    String id = row.getAs("id");
+    if (id != null && committed.remove(id)) {
+      SKIPPED.incrementAndGet();
+      return;
+    }
+    StructType schema = row.schema();
+    String topic = topics[0];
+    if (hasField(schema, "topic") && row.getAs("topic") != null) {
+      topic = row.getAs("topic");
+    }
+    ProducerRecord<byte[], byte[]> rec = new ProducerRecord<>(topic, null,
+        bytes(row.getAs("key")), bytes(row.getAs("value")));
+    if (id != null) {
+      rec.headers().add(ID_HEADER, id.getBytes(StandardCharsets.UTF_8));
+    }
+    rec.headers().add(PARTITION_HEADER, partitionHeader);
+    if (hasField(schema, "headers") && row.getAs("headers") != null) {
+      scala.collection.Map<String, String> hs = row.getAs("headers");
+      scala.collection.Iterator<scala.Tuple2<String, String>> it = hs.iterator();
+      while (it.hasNext()) {
+        scala.Tuple2<String, String> h = it.next();
+        if (h._2() != null) {
+          rec.headers().add(h._1(), h._2().getBytes(StandardCharsets.UTF_8));
+        }
+      }
+    }
+    synchronized (lock) {
+      if (!inTxn) {
+        producer.beginTransaction();
+        inTxn = true;
+        txnStartNs = System.nanoTime();
+      }
+      producer.send(rec);
+      pending++;
+      WRITTEN.incrementAndGet();
+      if (pending >= maxRecords) {
+        commitLocked();
+      }
+    }
+  }
+
+  @Override
+  public void close(Throwable errorOrNull) {
+    if (flusher != null) {
+      // not shutdownNow: interrupting a commit in flight fails it
+      flusher.shutdown();
+      try {
+        flusher.awaitTermination(60, TimeUnit.SECONDS);
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+      }
+    }
+    if (producer == null) {
+      return;
+    }
+    try {
+      synchronized (lock) {
+        if (errorOrNull == null && failure == null) {
+          if (inTxn) {
+            commitLocked();
+          }
+        } else if (inTxn) {
+          try {
+            producer.abortTransaction();
+          } catch (RuntimeException ignored) {
+            // the next incarnation's initTransactions aborts it anyway
+          }
+          inTxn = false;
+        }
+      }
+    } finally {
+      producer.close(Duration.ofSeconds(5));
+      producer = null;
+    }
+    if (errorOrNull == null && failure != null) {
+      throw failure;
+    }
+    if (errorOrNull == null) {
+      try {
+        writeRest(partitionId, epochId);
+      } catch (IOException e) {
+        throw new IllegalStateException("the sink's epoch record in " + stateDir + ": " + e, e);
+      }
+    }
+  }
+
+  private void flushIfDue() {
+    try {
+      synchronized (lock) {
+        if (inTxn && failure == null
+            && System.nanoTime() - txnStartNs >= commitIntervalMs * 1_000_000L) {
+          commitLocked();
+        }
+      }
+    } catch (RuntimeException e) {
+      failure = e;
+    }
+  }
+
+  private void commitLocked() {
+    producer.commitTransaction();
+    inTxn = false;
+    pending = 0;
+  }
+
+  /**
+   * The ids to skip in this epoch: on its first attempt, what the previous epoch of this
+   * partition left unseen of its own skip set; on a retry, that plus what earlier attempts
+   * of this epoch committed (read back from the output). Writes the epoch's record first.
+   */
+  private Set<String> alreadyCommitted(long partitionId, long epochId) throws IOException {
+    Path dir = new Path(stateDir);
+    FileSystem fs = dir.getFileSystem(new Configuration());
+    Path file = new Path(dir, epochId + "-" + partitionId);
+    Set<String> ids = new HashSet<>();
+    try (KafkaConsumer<byte[], byte[]> consumer = consumer("read_committed")) {
+      if (!fs.exists(file)) {
+        Map<TopicPartition, Long> ends = endOffsets(consumer, "read_uncommitted");
+        ids.addAll(readIds(fs, new Path(dir, (epochId - 1) + "-" + partitionId + ".rest")));
+        StringBuilder text = new StringBuilder();
+        for (Map.Entry<TopicPartition, Long> e : ends.entrySet()) {
+          text.append("offset\t").append(e.getKey().topic()).append('\t')
+              .append(e.getKey().partition()).append('\t').append(e.getValue()).append('\n');
+        }
+        for (String id : ids) {
+          text.append("id\t").append(id).append('\n');
+        }
+        writeAtomically(fs, file, text.toString());
+      } else {
+        Map<TopicPartition, Long> from = new HashMap<>();
+        for (String line : readLines(fs, file)) {
+          String[] f = line.split("\t", 2);
+          if (f[0].equals("id") && f.length == 2) {
+            ids.add(f[1]);
+          } else if (f[0].equals("offset")) {
+            String[] o = line.split("\t");
+            from.put(new TopicPartition(o[1], Integer.parseInt(o[2])), Long.parseLong(o[3]));
+          }
+        }
+        ids.addAll(scan(consumer, from, Long.toString(partitionId)));
+      }
+    }
+    for (FileStatus st : fs.listStatus(dir)) {
+      String name = st.getPath().getName();
+      int dash = name.indexOf('-');
+      if (!name.startsWith(".") && dash > 0) {
+        try {
+          if (Long.parseLong(name.substring(0, dash)) < epochId - 1) {
+            fs.delete(st.getPath(), false);
+          }
+        } catch (NumberFormatException ignored) {
+          // not one of ours
+        }
+      }
+    }
+    return ids;
+  }
+
+  /**
+   * At a successful close: the skip set's ids this epoch did not meet, for the next epoch.
+   * A replay can be cut short by the checkpoint (the retry's batch may end before the input
+   * the crashed attempt had reached), so the rest comes in the following epochs.
+   */
+  private void writeRest(long partitionId, long epochId) throws IOException {
+    Path dir = new Path(stateDir);
+    FileSystem fs = dir.getFileSystem(new Configuration());
+    StringBuilder text = new StringBuilder();
+    for (String id : committed) {
+      text.append("id\t").append(id).append('\n');
+    }
+    writeAtomically(fs, new Path(dir, epochId + "-" + partitionId + ".rest"), text.toString());
+  }
+
+  private static void writeAtomically(FileSystem fs, Path file, String text) throws IOException {
+    fs.mkdirs(file.getParent());
+    Path tmp = new Path(file.getParent(), "." + file.getName() + ".tmp");
+    try (OutputStream out = fs.create(tmp, true)) {
+      out.write(text.getBytes(StandardCharsets.UTF_8));
+    }
+    fs.delete(file, false);
+    if (!fs.rename(tmp, file)) {
+      throw new IOException("cannot rename " + tmp + " to " + file);
+    }
+  }
+
+  private static List<String> readLines(FileSystem fs, Path file) throws IOException {
+    List<String> lines = new ArrayList<>();
+    try (BufferedReader r = new BufferedReader(
+        new InputStreamReader(fs.open(file), StandardCharsets.UTF_8))) {
+      for (String line = r.readLine(); line != null; line = r.readLine()) {
+        lines.add(line);
+      }
+    }
+    return lines;
+  }
+
+  private static Set<String> readIds(FileSystem fs, Path file) throws IOException {
+    Set<String> ids = new HashSet<>();
+    if (fs.exists(file)) {
+      for (String line : readLines(fs, file)) {
+        if (line.startsWith("id\t")) {
+          ids.add(line.substring(3));
+        }
+      }
+    }
+    return ids;
+  }
+
+  /**
+   * The ids of the records task {@code partition} committed in {@code from}'s partitions
+   * since its offsets.
+   */
+  private Set<String> scan(KafkaConsumer<byte[], byte[]> consumer, Map<TopicPartition, Long> from,
+      String partition) {
+    Map<TopicPartition, Long> until = endOffsets(consumer, "read_uncommitted");
+    List<TopicPartition> parts = new ArrayList<>(until.keySet());
+    consumer.assign(parts);
+    for (TopicPartition tp : parts) {
+      consumer.seek(tp, from.getOrDefault(tp, 0L));
+    }
+    Set<String> ids = new HashSet<>();
+    // other tasks' open transactions hold the last stable offset back for up to their
+    // commit interval (or, for a dead task, until its successor or the coordinator aborts)
+    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+    while (true) {
+      boolean done = true;
+      for (TopicPartition tp : parts) {
+        if (consumer.position(tp) < until.get(tp)) {
+          done = false;
+        }
+      }
+      if (done) {
+        return ids;
+      }
+      if (System.nanoTime() > deadline) {
+        throw new IllegalStateException("the output topics did not become readable up to "
+            + until + " (read_committed) within 60 s");
+      }
+      for (ConsumerRecord<byte[], byte[]> rec : consumer.poll(Duration.ofMillis(200))) {
+        Header h = rec.headers().lastHeader(ID_HEADER);
+        Header part = rec.headers().lastHeader(PARTITION_HEADER);
+        if (h != null && part != null
+            && partition.equals(new String(part.value(), StandardCharsets.UTF_8))) {
+          ids.add(new String(h.value(), StandardCharsets.UTF_8));
+        }
+      }
+    }
+  }
+
+  private Map<TopicPartition, Long> endOffsets(KafkaConsumer<byte[], byte[]> consumer,
+      String isolation) {
+    List<TopicPartition> parts = new ArrayList<>();
+    for (String t : topics) {
+      List<PartitionInfo> infos = consumer.partitionsFor(t, Duration.ofSeconds(30));
+      if (infos == null || infos.isEmpty()) {
+        throw new IllegalStateException("output topic " + t + " does not exist");
+      }
+      for (PartitionInfo pi : infos) {
+        parts.add(new TopicPartition(t, pi.partition()));
+      }
+    }
+    if (isolation.equals("read_committed")) {
+      return consumer.endOffsets(parts, Duration.ofSeconds(30));
+    }
+    try (KafkaConsumer<byte[], byte[]> plain = consumer(isolation)) {
+      return plain.endOffsets(parts, Duration.ofSeconds(30));
+    }
+  }
+
+  private KafkaConsumer<byte[], byte[]> consumer(String isolation) {
+    Properties p = new Properties();
+    p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+    p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation);
+    p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+    p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+    return new KafkaConsumer<>(p, new ByteArrayDeserializer(), new ByteArrayDeserializer());
+  }
+
+  private static boolean hasField(StructType schema, String name) {
+    for (String f : schema.fieldNames()) {
+      if (f.equals(name)) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  private static byte[] bytes(Object v) {
+    if (v == null) {
+      return null;
+    }
+    if (v instanceof byte[] b) {
+      return b;
+    }
+    return v.toString().getBytes(StandardCharsets.UTF_8);
+  }
+}

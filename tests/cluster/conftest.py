@@ -4,13 +4,12 @@ on two cores, is the area's main cost, so each module puts several scenarios on 
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from headrace.cluster import KafkaCluster
@@ -52,32 +51,6 @@ def create_topic(cluster: KafkaCluster, name: str, partitions: int = 1,
                          config=config or {})
     admin.create_topics([topic])[name].result(scaled(30))
     cluster.wait_for_isr([name], timeout=60)
-
-
-def read_committed(bootstrap: str, topic: str, timeout: float = 60.0) -> list[Any]:
-    """Every record of ``topic`` up to its end, read_committed, as confluent-kafka
-    messages."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "cluster-tests-reader",
-                         "enable.auto.commit": False, "enable.partition.eof": True,
-                         "isolation.level": "read_committed"})
-    try:
-        meta = consumer.list_topics(topic, timeout=scaled(10)).topics[topic]
-        parts = sorted(meta.partitions)
-        consumer.assign([TopicPartition(topic, p, 0) for p in parts])
-        out: list[Any] = []
-        eof: set[int] = set()
-        deadline = time.monotonic() + scaled(timeout)
-        while len(eof) < len(parts):
-            assert time.monotonic() < deadline, f"{topic}: no end in {scaled(timeout):g} s"
-            for m in consumer.consume(1000, timeout=0.2):
-                if m.error():
-                    assert m.error().code() == KafkaError._PARTITION_EOF, m.error()
-                    eof.add(m.partition())
-                else:
-                    out.append(m)
-        return out
-    finally:
-        consumer.close()
 
 
 def produce(bootstrap: str, topic: str, values: list[bytes],

@@ -27,7 +27,8 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 from headrace.cluster import KafkaCluster
 from headrace.registry.client import RegistryClient, RegistryClientError
 from headrace.testing import SchemaRegistryProcess, scaled
-from tests.cluster.conftest import create_topic, produce, read_committed
+from tests.cluster.conftest import create_topic, produce
+from tests.spark.kafka_helpers import read_all
 
 pytestmark = pytest.mark.slow
 
@@ -65,7 +66,7 @@ def test_acks_all_with_one_broker_down_and_not_enough_replicas_with_two(
     cluster.start_broker(first, wait=False)
     cluster.start_broker(second)
     cluster.wait_for_isr([topic_name])
-    got = [m.value() for m in read_committed(cluster.bootstrap_servers, topic_name)]
+    got = [m.value() for m in read_all(cluster.bootstrap_servers, topic_name, timeout=60)]
     assert got == before + one_down
 
 

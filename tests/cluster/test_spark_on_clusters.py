@@ -26,7 +26,8 @@ import pytest
 
 from headrace.cluster import KafkaCluster, SparkCluster
 from headrace.testing import scaled
-from tests.cluster.conftest import REPO_ROOT, create_topic, produce, read_committed
+from tests.cluster.conftest import REPO_ROOT, create_topic, produce
+from tests.spark.kafka_helpers import read_all
 from tests.spark.spark_workers.supervisor import SparkWorker
 
 pytestmark = pytest.mark.slow
@@ -107,7 +108,7 @@ def test_exactly_once_query_on_a_spark_cluster_survives_a_leader_kill(
     assert any(e.startswith("done") for e in events), events
     assert sum(e.startswith("batch") for e in events) >= 2, events
 
-    out = [m.value() for m in read_committed(cluster.bootstrap_servers, sink)]
+    out = [m.value() for m in read_all(cluster.bootstrap_servers, sink, timeout=60)]
     got = Counter(out)
     want = Counter(v.upper() for v in values)
     assert got == want, (f"{len(out)} records for {RECORDS}: {len(want - got)} missing, "

@@ -16,8 +16,8 @@ whatever those may (the order is transitive). In short::
 
     protocol < storage < broker
     protocol, jvm < spark < savepoints < streaming < realtime < pipelines
-    spark, fencing < eventsourcing < pipelines
-    fencing < registry < pipelines;  cdc < pipelines;  jvm < testing < pipelines
+    spark, fencing, settling < eventsourcing < pipelines
+    fencing, settling < registry < pipelines;  cdc < pipelines;  jvm < testing < pipelines
     testing, protocol < ops < console
     broker, console, pipelines < cli < __main__
 
@@ -43,6 +43,7 @@ LAYERS: dict[str, frozenset[str]] = {
     "errors": frozenset(),
     "headrace": frozenset({"errors"}),  # headrace/__init__.py: HeadraceError, __version__
     "fencing": frozenset({"headrace"}),
+    "settling": frozenset({"headrace"}),
     "jvm": frozenset({"headrace"}),
     "protocol": frozenset({"headrace"}),
     "storage": frozenset({"protocol"}),
@@ -53,9 +54,9 @@ LAYERS: dict[str, frozenset[str]] = {
     "savepoints": frozenset({"spark"}),
     "streaming": frozenset({"spark", "savepoints"}),
     "realtime": frozenset({"streaming"}),
-    "registry": frozenset({"fencing"}),
+    "registry": frozenset({"fencing", "settling"}),
     "cdc": frozenset({"headrace"}),
-    "eventsourcing": frozenset({"spark", "fencing"}),
+    "eventsourcing": frozenset({"spark", "fencing", "settling"}),
     "pipelines": frozenset({"realtime", "eventsourcing", "registry", "cdc", "testing"}),
     "ops": frozenset({"protocol", "testing"}),
     "console": frozenset({"ops"}),

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from headrace.eventsourcing.errors import EventSourcingError, StoreError
 from headrace.eventsourcing.events import EventTypes, StoredEvent, decode_envelope
@@ -39,6 +39,7 @@ from headrace.eventsourcing.reading import LogReader
 from headrace.eventsourcing.validity import Quarantined
 from headrace.eventsourcing.writer import PartitionWriter, PendingAppend
 from headrace.protocol.partitioner import java_partition
+from headrace.settling import topic_configs
 
 
 @dataclass(frozen=True)
@@ -335,23 +336,11 @@ class EventStore:
             time.sleep(0.05)
 
     def _check_events_topic(self, admin: AdminClient) -> None:
-        resource = ConfigResource(ConfigResource.Type.TOPIC, self.topic)
-        deadline = time.monotonic() + self.timeout
-        while True:
-            try:
-                configs = admin.describe_configs([resource])[resource].result(self.timeout)
-                break
-            except KafkaException as e:
-                # On a cluster, a broker that has not applied the new topic's metadata yet
-                # answers UNKNOWN_TOPIC_OR_PART; a dying one times out: both pass.
-                err = e.args[0]
-                transient = err.retriable() or err.code() in (
-                    KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._TIMED_OUT,
-                    KafkaError._TRANSPORT)
-                if not transient or time.monotonic() >= deadline:
-                    raise StoreError(f"cannot read the configuration of {self.topic}: "
-                                     f"{err.str()}") from e
-            time.sleep(0.1)
+        try:
+            configs = topic_configs(admin, self.topic, self.timeout)
+        except KafkaException as e:
+            raise StoreError(f"cannot read the configuration of {self.topic}: "
+                             f"{e.args[0].str()}") from e
         def value(name: str, default: str) -> str:
             return str(configs[name].value) if name in configs else default
         policy = value("cleanup.policy", "delete")

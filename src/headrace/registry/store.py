@@ -31,11 +31,12 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from headrace.fencing import fenced_producer
 from headrace.registry.errors import StoreError, StoreTimeout
 from headrace.registry.state import Record, State
+from headrace.settling import topic_configs
 
 T = TypeVar("T")
 log = logging.getLogger("headrace.registry")
@@ -120,26 +121,12 @@ class SchemaStore:
                              f"(deletion by retention would lose schemas)")
 
     def _topic_configs(self, admin: AdminClient) -> dict[str, Any]:
-        """The topic's configs. A broker that has not yet applied the metadata of a topic
-        just created answers UNKNOWN_TOPIC_OR_PART (Kafka's brokers learn it from the
-        controller asynchronously), and one that is going away times out: both are
-        retried until ``timeout``."""
-        resource = ConfigResource(ConfigResource.Type.TOPIC, self.topic)
-        deadline = time.monotonic() + self.timeout
-        while True:
-            try:
-                found: dict[str, Any] = admin.describe_configs([resource])[resource].result(
-                    self.timeout)
-                return found
-            except KafkaException as e:
-                err = e.args[0]
-                transient = err.retriable() or err.code() in (
-                    KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._TIMED_OUT,
-                    KafkaError._TRANSPORT)
-                if not transient or time.monotonic() >= deadline:
-                    raise StoreError(f"cannot read the configuration of {self.topic}: "
-                                     f"{err.str()}") from e
-            time.sleep(0.1)
+        """The topic's configs, waiting out a topic just created (``settling``)."""
+        try:
+            return topic_configs(admin, self.topic, self.timeout)
+        except KafkaException as e:
+            raise StoreError(f"cannot read the configuration of {self.topic}: "
+                             f"{e.args[0].str()}") from e
 
     def _partitions(self, admin: AdminClient) -> dict[int, Any]:
         """The topic's partitions once its metadata has settled: a topic just created

@@ -111,7 +111,7 @@ class Connector:
     # -- Kafka side ----------------------------------------------------------------------
 
     def _ensure_topics(self, tables: list[Table]) -> None:
-        admin = AdminClient(self.kafka)
+        admin = AdminClient({"log_level": 4, **self.kafka})
         wanted = [NewTopic(topic_of(self.cfg.topic_prefix, t), 1) for t in tables]
         wanted.append(NewTopic(self.cfg.offsets_topic, 1, config={"cleanup.policy": "compact"}))
         for topic, future in admin.create_topics(wanted).items():

@@ -343,7 +343,8 @@ class KafkaCluster:
     def admin(self) -> AdminClient:
         """An admin client on every live broker's address."""
         alive = [b for b in self.broker_ids if self.running(b)] or self.broker_ids
-        return AdminClient({"bootstrap.servers": ",".join(self.address(b) for b in alive)})
+        return AdminClient({"bootstrap.servers": ",".join(self.address(b) for b in alive),
+                            "log_level": 4})
 
     def live_brokers(self, timeout: float = 10.0) -> list[int]:
         """The broker ids the cluster's metadata lists now (registered and unfenced)."""

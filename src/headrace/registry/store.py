@@ -100,7 +100,7 @@ class SchemaStore:
         self._producer = None
 
     def _ensure_topic(self) -> None:
-        admin = AdminClient(self._config)
+        admin = AdminClient({"log_level": 4, **self._config})
         wanted = NewTopic(self.topic, num_partitions=1, replication_factor=-1,
                           config={"cleanup.policy": "compact"})
         futures = admin.create_topics([wanted], request_timeout=self.timeout)

@@ -74,7 +74,7 @@ _SPEC: Any = OffsetSpec
 
 
 def admin_client(bootstrap_servers: str, client_configs: dict[str, str]) -> AdminClient:
-    return AdminClient({**client_configs, "bootstrap.servers": bootstrap_servers})
+    return AdminClient({"log_level": 4, **client_configs, "bootstrap.servers": bootstrap_servers})
 
 
 def partitions_of(admin: AdminClient, subscription: Subscription) -> dict[str, int]:

@@ -80,7 +80,8 @@ def ensure_topics(bootstrap_servers: str, topics: FraudTopics,
                   client_config: Mapping[str, Any] | None = None) -> None:
     """Create the transactions topic and the compacted profiles topic unless they exist.
     Blocks until the cluster answers; idempotent. ``FraudRunError`` on any other failure."""
-    admin = AdminClient({**(client_config or {}), "bootstrap.servers": bootstrap_servers})
+    admin = AdminClient({"log_level": 4, **(client_config or {}),
+                         "bootstrap.servers": bootstrap_servers})
     new = [NewTopic(topics.transactions, num_partitions=topics.transaction_partitions,
                     replication_factor=topics.replication_factor),
            NewTopic(topics.profiles, num_partitions=1,

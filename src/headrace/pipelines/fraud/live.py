@@ -126,7 +126,7 @@ def _web_console(settings: LiveSettings, bootstrap: str, spark: Any, console: Co
 
 
 def _ensure_output_topics(bootstrap: str, names: list[str]) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 4})
     # Once each: librdkafka cannot parse the answer to a request naming a topic twice.
     futures = admin.create_topics([NewTopic(t, num_partitions=1) for t in dict.fromkeys(names)])
     for name, f in futures.items():

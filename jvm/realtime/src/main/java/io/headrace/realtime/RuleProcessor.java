@@ -89,7 +89,7 @@ public final class RuleProcessor
       state.update(s.toBytes(nFields, nFlags));
     }
     COUNTS.addAndGet(1, events.size());
-    COUNTS.addAndGet(2, out.size());
+    COUNTS.addAndGet(2, out.size() - passed.size());  // alerts only: passed rows are not
     return CollectionConverters.asScala(out.iterator());
   }
 

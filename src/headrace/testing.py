@@ -202,10 +202,12 @@ class ApacheKafka(_ServerProcess):
     READY_MARKER = "Kafka Server started"
 
     def __init__(self, configs: dict[str, str] | None = None, host: str = "127.0.0.1",
-                 heap: str = "768m", start_timeout: float = 90.0) -> None:
+                 heap: str = "768m", start_timeout: float = 90.0,
+                 jvm_options: Sequence[str] = ()) -> None:
         self.configs = dict(configs or {})
         self.host = host
         self.heap = heap
+        self.jvm_options = list(jvm_options)  # the broker's JVM only, not the formatting
         self.start_timeout = start_timeout
         self.data_dir = Path(tempfile.mkdtemp(prefix="apache-kafka-"))
         self.port = _free_port(host)
@@ -228,7 +230,8 @@ class ApacheKafka(_ServerProcess):
         if not (self.data_dir / "logs" / "meta.properties").exists():
             format_kraft_storage(props, jvm_options)
         self.process = subprocess.Popen(kafka_java_command("kafka.Kafka", str(props),
-                                                           jvm_options=jvm_options),
+                                                           jvm_options=[*jvm_options,
+                                                                        *self.jvm_options]),
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         text=True)
         self._wait_ready(self.READY_MARKER, self.start_timeout, "Apache Kafka")
@@ -276,13 +279,29 @@ def write_kraft_properties(path: Path, host: str, port: int, controller_port: in
     return path
 
 
+def kafka_class_archive() -> Path:
+    """Where ``make setup`` keeps the class-data archive of Apache Kafka's JVMs
+    (``python -m headrace.cluster.archive``)."""
+    from headrace import jvm
+    return jvm.lib_dir() / "kafka-classes.jsa"
+
+
 def kafka_java_command(main: str, *args: str, jvm_options: Sequence[str] = ()) -> list[str]:
     """``java`` running ``main`` on Apache Kafka's classpath (``jvm/lib/kafka``) with quiet
-    logging (``jvm/kafka/config/log4j2.yaml``). Raises ``JvmUnavailableError``."""
+    logging (``jvm/kafka/config/log4j2.yaml``), its classes mapped from the class-data
+    archive when ``make setup`` built one (a broker starts on about half the CPU; a JVM
+    that finds the archive stale starts without it, silently). Raises
+    ``JvmUnavailableError``."""
     from headrace import jvm
     log_config = jvm.lib_dir().parent / "kafka" / "config" / "log4j2.yaml"
-    return [jvm.java_executable(), *jvm_options, f"-Dlog4j2.configurationFile={log_config}",
-            "-cp", jvm.classpath("kafka"), main, *args]
+    archive = kafka_class_archive()
+    sharing = ([f"-XX:SharedArchiveFile={archive}", "-Xlog:cds=off"]
+               if archive.is_file()
+               and not any(o.startswith("-XX:ArchiveClassesAtExit") for o in jvm_options)
+               else [])
+    return [jvm.java_executable(), *sharing, *jvm_options,
+            f"-Dlog4j2.configurationFile={log_config}", "-cp", jvm.classpath("kafka"), main,
+            *args]
 
 
 def format_kraft_storage(properties: Path, jvm_options: Sequence[str] = ()) -> None:

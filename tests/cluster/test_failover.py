@@ -9,24 +9,28 @@ real clients: acks=all producers, the schema registry, a consumer group.
 - a consumer group whose coordinator is killed finds the new one, rebalances when a
   second member joins, and consumes every record exactly once (commits after each batch);
 - ``headrace topics create`` without ``--replication-factor`` makes a topic replicated as
-  the cluster's ``default.replication.factor`` says.
+  the cluster's ``default.replication.factor`` says;
+- the console's brokers page and topic page show the live brokers, each partition's
+  leader and ISR, and the partitions a killed broker leaves under-replicated.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
 from typing import Any
 
+import httpx
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from headrace.cluster import KafkaCluster
 from headrace.registry.client import RegistryClient, RegistryClientError
-from headrace.testing import SchemaRegistryProcess, scaled
+from headrace.testing import ConsoleProcess, SchemaRegistryProcess, scaled
 from tests.cluster.conftest import create_topic, produce
 from tests.spark.kafka_helpers import read_all
 
@@ -194,3 +198,39 @@ def test_topics_create_takes_the_cluster_default_replication_factor(
     assert done.returncode == 0, done.stderr
     assert [sorted(p.replicas) for p in kafka_cluster.partitions(topic_name).values()] \
         == [kafka_cluster.broker_ids] * 2
+
+
+def _page_until(url: str, done: Any) -> str:
+    """GET ``url`` until ``done(text)`` holds (the cluster's metadata settles after a kill)."""
+    deadline = time.monotonic() + scaled(60)
+    while True:
+        text = httpx.get(url, timeout=scaled(30)).text
+        if done(text) or time.monotonic() > deadline:
+            return text
+        time.sleep(0.3)
+
+
+def test_console_shows_brokers_isr_and_under_replicated_partitions(
+        healed: KafkaCluster, topic_name: str) -> None:
+    cluster = healed
+    create_topic(cluster, topic_name, partitions=2, leader=1)
+    victim = 3
+    with ConsoleProcess(cluster.bootstrap_servers, sample_seconds=60) as console:
+        brokers = _page_until(f"{console.url}/brokers", lambda t: "3 of 3 brokers live" in t)
+        assert "3 of 3 brokers live" in brokers, brokers
+        for b in cluster.broker_ids:
+            assert f"<td>{cluster.address(b)}</td>" in brokers
+        assert "none: every replica is in sync" in brokers
+
+        cluster.kill(victim)
+        brokers = _page_until(
+            f"{console.url}/brokers",
+            lambda t: len(re.findall(rf">{re.escape(topic_name)}</a>", t)) == 2)
+        assert "2 of 3 brokers live" in brokers, brokers
+        rows = re.findall(rf">{re.escape(topic_name)}</a></td><td>(\d+)</td>\s*"
+                          r"<td>(-?\d+)</td><td>([\d,]+)</td><td>([\d,]*)</td>", brokers)
+        assert sorted((int(p), int(leader), isr) for p, leader, _r, isr in rows) \
+            == [(0, 1, "1,2"), (1, 1, "1,2")], rows
+        topic = httpx.get(f"{console.url}/topics/{topic_name}", timeout=scaled(30)).text
+        assert topic.count('class="warn under-replicated"') == 2, topic
+        assert "<th>In sync</th>" in topic

@@ -278,9 +278,11 @@ class CapacitySampler(AdminSession):
                 if tp.offset >= 0 and tp.error is None}
 
     def log_dirs(self) -> tuple[dict[TopicPart, int], tuple[int | None, int | None]]:
-        """Partition sizes and the volume's (usable, total) bytes, summed over brokers, via
-        DescribeLogDirs (kafka-python: librdkafka has no call for it). Empty when the
-        cluster does not answer it."""
+        """Partition sizes and the volumes' (usable, total) bytes, via DescribeLogDirs
+        (kafka-python: librdkafka has no call for it). A partition's size is one copy's,
+        the largest of its replicas (the leader's, but for a follower's unflushed tail),
+        so rates and windows are the topic's, not multiplied by the replication factor;
+        the volumes are summed over brokers. Empty when the cluster does not answer it."""
         from kafka import KafkaAdminClient
         from kafka.errors import KafkaError
 
@@ -307,7 +309,7 @@ class CapacitySampler(AdminSession):
                 for t in d.get("topics", []):
                     for p in t["partitions"]:
                         tp = (t["name"], p["partition_index"])
-                        sizes[tp] = sizes.get(tp, 0) + p["partition_size"]
+                        sizes[tp] = max(sizes.get(tp, 0), p["partition_size"])
         return sizes, ((usable, total) if seen_disk else (None, None))
 
 

@@ -13,7 +13,10 @@ real clients: acks=all producers, the schema registry, a consumer group.
 - the console's brokers page and topic page show the live brokers, each partition's
   leader and ISR, and the partitions a killed broker leaves under-replicated;
 - ``headrace capacity --live`` measures a topic's rate on the cluster once, not once per
-  replica.
+  replica;
+- the event store keeps every aggregate's versions contiguous, each command applied once,
+  while the leader of its partition is killed and restarted (appends whose outcome was
+  unknown retried with their command id, as its contract says).
 """
 
 from __future__ import annotations
@@ -32,9 +35,12 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from headrace.cluster import KafkaCluster
+from headrace.eventsourcing import EventStore, Repository, StoreError
+from headrace.pipelines.bank.domain import Account, bank_events
 from headrace.registry.client import RegistryClient, RegistryClientError
 from headrace.testing import ConsoleProcess, SchemaRegistryProcess, scaled
 from tests.cluster.conftest import create_topic, produce
+from tests.eventsourcing.conftest import by_aggregate, fold, log_events
 from tests.spark.kafka_helpers import read_all
 
 pytestmark = pytest.mark.slow
@@ -270,3 +276,38 @@ def test_live_capacity_counts_each_record_once_not_once_per_replica(
     # summed gave about 315 bytes per record). Sizes and offsets are read at slightly
     # different moments, hence the slack below 100.
     assert 60 < topic["bytes_per_s"] / topic["records_per_s"] < 200, topic
+
+
+def test_event_store_versions_stay_contiguous_across_a_leader_kill(
+        healed: KafkaCluster, topic_name: str) -> None:
+    cluster = healed
+    with EventStore(cluster.bootstrap_servers, topic_name, bank_events, partitions=1,
+                    timeout=scaled(30)) as store:
+        accounts = Repository(store, Account)
+        retried = 0
+
+        def command(command_id: str, decide: Any) -> None:
+            nonlocal retried
+            deadline = time.monotonic() + scaled(120)
+            while True:
+                try:
+                    accounts.execute("acc", decide, command_id=command_id, retries=3)
+                    return
+                except StoreError:  # outcome unknown: the same command id never applies twice
+                    assert time.monotonic() < deadline, command_id
+                    retried += 1
+                    time.sleep(0.2)
+
+        command("open", lambda a: a.open("ann"))
+        for i in range(60):
+            if i == 20:
+                leader = cluster.leader(topic_name)
+                cluster.kill(leader)
+            if i == 40:
+                cluster.start_broker(leader)
+            command(f"deposit-{i}", lambda a: a.deposit(10))
+        assert len(cluster.partitions(topic_name)[0].replicas) == 3  # the cluster's default
+    events = by_aggregate(log_events(cluster.bootstrap_servers, topic_name))["acc"]
+    assert [e.version for e in events] == list(range(1, 62)), retried
+    assert len({e.command_id for e in events}) == 61
+    assert fold(events).balance == 600

@@ -1,0 +1,146 @@
+"""Reading the binlog (python-mysql-replication) into source transactions and writing each
+committed one, with the position after its commit, in one Kafka transaction.
+
+Transaction boundaries: a transaction starts at its GTID event (MariaDB; MySQL's GTID
+event is followed by a ``BEGIN`` query) or a ``BEGIN`` query, and ends at its XID event
+(InnoDB) or a ``COMMIT`` query (non-transactional engines). A DDL statement is a
+transaction of its own with no row changes: only the position moves past it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import pymysql
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.event import (
+    GtidEvent,
+    HeartbeatLogEvent,
+    MariadbGtidEvent,
+    QueryEvent,
+    RotateEvent,
+    XidEvent,
+)
+from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+from headrace.cdc.errors import CdcError
+from headrace.cdc.mysql import Position
+from headrace.cdc.mysql_envelope import Record, Source, records, row
+
+if TYPE_CHECKING:
+    from headrace.cdc.mysql_connector import MySqlConnector
+
+log = logging.getLogger("headrace.cdc")
+_EVENTS = [GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent, RotateEvent, HeartbeatLogEvent,
+           WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent]
+
+
+def stream(connector: MySqlConnector, start: Position, start_gtid: str | None, mariadb: bool,
+           stop: threading.Event, on_ready: Callable[[str], None] | None) -> None:
+    """Stream from ``start_gtid`` (MariaDB) or ``start`` (MySQL) until ``stop``. Blocks;
+    raises ``CdcError``."""
+    from headrace.cdc.mysql_connector import lost
+
+    cfg = connector.cfg
+    reader = BinLogStreamReader(
+        connection_settings=connector.dsn.settings(), server_id=cfg.server_id,
+        resume_stream=True, blocking=True, only_events=_EVENTS, is_mariadb=mariadb,
+        **({"auto_position": start_gtid or ""} if mariadb else
+           {"log_file": start.file, "log_pos": start.pos}), slave_heartbeat=cfg.heartbeat_s,
+        enable_logging=False, freeze_schema=True)
+    if on_ready is not None:
+        on_ready(f"GTID {start_gtid}" if mariadb else f"{start.file}:{start.pos}")
+    txn: list[Record] | None = None
+    pending: list[Record] = []
+    end: Position = start
+    domains = _domains(start_gtid)
+    txn_gtid: str | None = None
+    thread: int | None = None
+    last_write = time.monotonic()
+    prefix = cfg.topic_prefix
+
+    def flush() -> None:
+        nonlocal pending, last_write
+        connector._write(pending, end, ",".join(domains.values()) if mariadb else None)
+        pending, last_write = [], time.monotonic()
+
+    def commit(event: Any) -> None:
+        nonlocal txn, end
+        end = Position(reader.log_file, int(event.packet.log_pos))
+        if txn_gtid is not None:
+            domains[txn_gtid.split("-", 1)[0]] = txn_gtid
+        if txn:
+            pending.extend(txn)
+        txn = None
+
+    try:
+        while not stop.is_set():
+            try:
+                event = reader.fetchone()
+            except pymysql.MySQLError as e:
+                message = str(e.args[-1])
+                if "binlog" in message.lower() or "log" in message.lower():
+                    raise lost(start, message) from e
+                raise CdcError(f"reading the binlog failed: {message}") from e
+            if event is None:
+                continue
+            if isinstance(event, HeartbeatLogEvent | RotateEvent):
+                if pending or (end != connector.offsets.position and
+                               time.monotonic() - last_write >= cfg.heartbeat_s):
+                    flush()
+                continue
+            if isinstance(event, MariadbGtidEvent | GtidEvent):
+                txn, txn_gtid, thread = [], str(event.gtid), None
+                if isinstance(event, MariadbGtidEvent) and event.flags & 1:
+                    txn = None  # FL_STANDALONE: a DDL statement, no BEGIN/COMMIT follows
+                    commit(event)
+            elif isinstance(event, QueryEvent):
+                query = event.query.strip().upper() if isinstance(event.query, str) else ""
+                if query == "BEGIN":
+                    txn = txn if txn is not None else []
+                    thread = int(event.slave_proxy_id)
+                elif query == "COMMIT":
+                    commit(event)
+                elif txn is None or not txn:
+                    # DDL (its own transaction): the next TABLE_MAP has the new shape
+                    commit(event)
+            elif isinstance(event, XidEvent):
+                commit(event)
+            elif isinstance(event, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
+                if (event.schema, event.table) not in connector.wanted:
+                    continue
+                if txn is None:
+                    txn = []
+                txn.extend(_changes(connector, event, reader.log_file, txn_gtid, thread, prefix))
+            if pending and txn is None:
+                flush()  # one Kafka transaction per source transaction
+    finally:
+        reader.close()
+
+
+def _changes(connector: MySqlConnector, event: Any, file: str, gtid: str | None,
+             thread: int | None, prefix: str) -> list[Record]:
+    table = connector.table_from_binlog(event)
+    out: list[Record] = []
+    for i, change in enumerate(event.rows):
+        source = Source(prefix, int(event.timestamp) * 1000, int(event.packet.server_id),
+                        file, int(event.packet.log_pos) - event.event_size,
+                        gtid=gtid, row=i, thread=thread, connector=connector.connector_name)
+        if isinstance(event, WriteRowsEvent):
+            out += records(prefix, table, "c", None, row(table, change["values"]), source)
+        elif isinstance(event, UpdateRowsEvent):
+            out += records(prefix, table, "u", row(table, change["before_values"]),
+                           row(table, change["after_values"]), source)
+        else:
+            out += records(prefix, table, "d", row(table, change["values"]), None, source)
+    return out
+
+
+
+def _domains(gtid: str | None) -> dict[str, str]:
+    """``"0-1-9,1-2-5"`` -> {"0": "0-1-9", "1": "1-2-5"} (MariaDB: one per domain)."""
+    return {g.split("-", 1)[0]: g for g in (gtid or "").split(",") if g.strip()}

@@ -1,0 +1,201 @@
+"""MySQL/MariaDB column values as Debezium's MySQL connector writes them (JSON converter,
+default settings: ``decimal.handling.mode=precise``, ``time.precision.mode=
+adaptive_time_microseconds``, ``bigint.unsigned.handling.mode=long``,
+``binary.handling.mode=bytes``).
+
+A column's type (``ColumnType``) comes from two places: ``information_schema.COLUMNS``
+for the snapshot (``from_catalog``) and each binlog TABLE_MAP event's metadata for the
+stream (``from_binlog``: what the table looked like when the change was written, so DDL is
+followed without a schema history). ``convert`` takes the Python value either reader gives
+(PyMySQL for the snapshot, python-mysql-replication for the binlog) and returns the JSON
+value.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import struct
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from headrace.cdc.errors import CdcConfigError
+
+_EPOCH = dt.datetime(1970, 1, 1)
+_EPOCH_DATE = dt.date(1970, 1, 1)
+_INTS = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint"}
+_TEXT = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext"}
+_BYTES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
+KINDS = ("int", "decimal", "float", "double", "bit", "date", "time", "datetime", "timestamp",
+         "year", "string", "bytes", "enum", "set", "json")
+
+
+@dataclass(frozen=True)
+class ColumnType:
+    """What Debezium's mapping of one column depends on."""
+
+    kind: str
+    unsigned: bool = False
+    bits: int = 0
+    """BIT(n): n."""
+    fsp: int = 0
+    """Fractional seconds precision of TIME, DATETIME and TIMESTAMP."""
+    scale: int = 0
+    """DECIMAL(p, s): s."""
+    values: tuple[str, ...] = ()
+    """ENUM and SET: the permitted values, in definition order."""
+
+
+def from_catalog(data_type: str, column_type: str, scale: int | None, fsp: int | None,
+                 precision: int | None) -> ColumnType:
+    """From ``information_schema.COLUMNS`` (DATA_TYPE, COLUMN_TYPE, NUMERIC_SCALE,
+    DATETIME_PRECISION, NUMERIC_PRECISION). ``CdcConfigError`` for a type not mapped."""
+    t = data_type.lower()
+    unsigned = "unsigned" in column_type.lower()
+    if t in _INTS:
+        return ColumnType("int", unsigned)
+    if t in ("decimal", "numeric"):
+        return ColumnType("decimal", unsigned, scale=scale or 0)
+    if t in ("float", "double"):
+        return ColumnType(t, unsigned)
+    if t == "real":
+        return ColumnType("double", unsigned)
+    if t == "bit":
+        return ColumnType("bit", bits=precision or 1)
+    if t in ("date", "time", "datetime", "timestamp", "year"):
+        return ColumnType(t, fsp=fsp or 0)
+    if t in _TEXT:
+        return ColumnType("string")
+    if t in _BYTES:
+        return ColumnType("bytes")
+    if t in ("enum", "set"):
+        inner = column_type[column_type.index("(") + 1:column_type.rindex(")")]
+        return ColumnType(t, values=_quoted_list(inner))
+    if t == "json":
+        return ColumnType("json")
+    raise CdcConfigError(f"MySQL type {column_type} is not supported by headrace cdc mysql")
+
+
+def _quoted_list(text: str) -> tuple[str, ...]:
+    """``'a','b''c'`` -> ('a', "b'c")."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        if text[i] != "'":
+            i += 1
+            continue
+        j, buf = i + 1, []
+        while j < len(text):
+            if text[j] == "'" and j + 1 < len(text) and text[j + 1] == "'":
+                buf.append("'")
+                j += 2
+            elif text[j] == "'":
+                break
+            else:
+                buf.append(text[j])
+                j += 1
+        out.append("".join(buf))
+        i = j + 1
+    return tuple(out)
+
+
+def from_binlog(column: Any) -> ColumnType:
+    """From a python-mysql-replication ``Column`` of a TABLE_MAP event (needs
+    ``binlog_row_metadata=FULL`` for signedness, charsets and ENUM/SET values)."""
+    from pymysqlreplication.constants import FIELD_TYPE
+
+    t = column.type
+    unsigned = bool(column.unsigned)
+    if t in (FIELD_TYPE.TINY, FIELD_TYPE.SHORT, FIELD_TYPE.INT24, FIELD_TYPE.LONG,
+             FIELD_TYPE.LONGLONG):
+        return ColumnType("int", unsigned)
+    if t == FIELD_TYPE.NEWDECIMAL:
+        return ColumnType("decimal", unsigned, scale=column.decimals)
+    if t == FIELD_TYPE.FLOAT:
+        return ColumnType("float", unsigned)
+    if t == FIELD_TYPE.DOUBLE:
+        return ColumnType("double", unsigned)
+    if t == FIELD_TYPE.BIT:
+        return ColumnType("bit", bits=column.bits)
+    if t in (FIELD_TYPE.DATE, FIELD_TYPE.NEWDATE):
+        return ColumnType("date")
+    if t in (FIELD_TYPE.TIME, FIELD_TYPE.TIME2):
+        return ColumnType("time", fsp=getattr(column, "fsp", 0))
+    if t in (FIELD_TYPE.DATETIME, FIELD_TYPE.DATETIME2):
+        return ColumnType("datetime", fsp=getattr(column, "fsp", 0))
+    if t in (FIELD_TYPE.TIMESTAMP, FIELD_TYPE.TIMESTAMP2):
+        return ColumnType("timestamp", fsp=getattr(column, "fsp", 0))
+    if t == FIELD_TYPE.YEAR:
+        return ColumnType("year")
+    if t == FIELD_TYPE.ENUM:
+        return ColumnType("enum", values=tuple(column.enum_values or ()))
+    if t == FIELD_TYPE.SET:
+        return ColumnType("set", values=tuple(column.set_values or ()))
+    if t == FIELD_TYPE.JSON:
+        return ColumnType("json")
+    if t in (FIELD_TYPE.VARCHAR, FIELD_TYPE.STRING, FIELD_TYPE.VAR_STRING, FIELD_TYPE.BLOB):
+        binary = (column.character_set_name or "").lower() == "binary"
+        return ColumnType("bytes" if binary else "string")
+    raise CdcConfigError(f"MySQL column {column.name} of binlog type {t} is not supported")
+
+
+def convert(col: ColumnType, value: Any) -> Any:
+    """The JSON value Debezium writes for ``value`` (None stays None)."""
+    if value is None:
+        return None
+    kind = col.kind
+    if kind == "int" or kind == "year":
+        v = int(value)
+        return v - (1 << 64) if v >= 1 << 63 else v  # BIGINT UNSIGNED as a wrapped long
+    if kind == "decimal":
+        d = Decimal(value).quantize(Decimal(1).scaleb(-col.scale))
+        unscaled = int(d.scaleb(col.scale))
+        size = (unscaled + (unscaled < 0)).bit_length() // 8 + 1  # BigInteger.toByteArray
+        return base64.b64encode(unscaled.to_bytes(size, "big", signed=True)).decode()
+    if kind == "float":
+        return _float32(float(value))
+    if kind == "double":
+        return float(value)
+    if kind == "bit":
+        n = int(value, 2) if isinstance(value, str) else int.from_bytes(value, "big")
+        if col.bits == 1:
+            return bool(n)
+        return base64.b64encode(n.to_bytes((col.bits + 7) // 8, "little")).decode()
+    if kind == "date":
+        return (value - _EPOCH_DATE).days
+    if kind == "time":
+        return _micros(value)
+    if kind == "datetime":
+        micros = _micros(value - _EPOCH)
+        return micros // 1000 if col.fsp <= 3 else micros
+    if kind == "timestamp":
+        text = value.strftime("%Y-%m-%dT%H:%M:%S")
+        if col.fsp:
+            text += f".{value.microsecond:06d}"[:col.fsp + 1]
+        return text + "Z"
+    if kind == "bytes":
+        raw = value if isinstance(value, bytes) else str(value).encode()
+        return base64.b64encode(raw).decode()
+    if kind == "set":
+        members = value.split(",") if isinstance(value, str) else list(value)
+        chosen = set(members) - {""}
+        return ",".join(v for v in col.values if v in chosen)
+    if isinstance(value, bytes):
+        return value.decode()
+    return str(value)
+
+
+def _micros(delta: dt.timedelta) -> int:
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _float32(value: float) -> float:
+    """The shortest decimal that reads back as the same float32 (Java's Float.toString,
+    as Jackson writes a FLOAT32 field), not the float64 expansion of its bits."""
+    bits = struct.pack("<f", value)
+    for digits in range(1, 10):
+        candidate = float(f"{value:.{digits}g}")
+        if struct.pack("<f", candidate) == bits:
+            return candidate
+    return value

@@ -49,14 +49,17 @@ def topic_of(prefix: str, table: Table) -> str:
     return f"{prefix}.{table.db}.{table.name}"
 
 
-def row(table: Table, values: dict[str, Any] | tuple[Any, ...]) -> dict[str, Any]:
+def row(table: Table, values: dict[str, Any] | tuple[Any, ...],
+        none_sources: dict[str, str] | None = None) -> dict[str, Any]:
     """Debezium's JSON row from column values by name (binlog) or in column order
-    (snapshot)."""
+    (snapshot). ``none_sources``: why a binlog value is None (the binlog reader gives an
+    empty SET as None; it is "" to Debezium)."""
     if isinstance(values, tuple):
         return {c: convert(t, v) for c, t, v in zip(table.columns, table.types, values,
                                                      strict=True)}
-    return {c: convert(t, values.get(c)) for c, t in zip(table.columns, table.types,
-                                                         strict=True)}
+    empty = {c for c, why in (none_sources or {}).items() if why == "empty set"}
+    return {c: "" if c in empty else convert(t, values.get(c))
+            for c, t in zip(table.columns, table.types, strict=True)}
 
 
 def _dumps(doc: Any) -> bytes:

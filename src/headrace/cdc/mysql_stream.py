@@ -131,12 +131,17 @@ def _changes(connector: MySqlConnector, event: Any, file: str, gtid: str | None,
                         file, int(event.packet.log_pos) - event.event_size,
                         gtid=gtid, row=i, thread=thread, connector=connector.connector_name)
         if isinstance(event, WriteRowsEvent):
-            out += records(prefix, table, "c", None, row(table, change["values"]), source)
+            out += records(prefix, table, "c", None,
+                           row(table, change["values"], change.get("none_sources")), source)
         elif isinstance(event, UpdateRowsEvent):
-            out += records(prefix, table, "u", row(table, change["before_values"]),
-                           row(table, change["after_values"]), source)
+            out += records(prefix, table, "u",
+                           row(table, change["before_values"],
+                               change.get("before_none_sources")),
+                           row(table, change["after_values"], change.get("after_none_sources")),
+                           source)
         else:
-            out += records(prefix, table, "d", row(table, change["values"]), None, source)
+            before = row(table, change["values"], change.get("none_sources"))
+            out += records(prefix, table, "d", before, None, source)
     return out
 
 

@@ -170,10 +170,9 @@ def convert(col: ColumnType, value: Any) -> Any:
         micros = _micros(value - _EPOCH)
         return micros // 1000 if col.fsp <= 3 else micros
     if kind == "timestamp":
-        text = value.strftime("%Y-%m-%dT%H:%M:%S")
-        if col.fsp:
-            text += f".{value.microsecond:06d}"[:col.fsp + 1]
-        return text + "Z"
+        # as Java's ISO formatter: the fraction without trailing zeros, none when zero
+        fraction = f"{value.microsecond:06d}".rstrip("0")
+        return value.strftime("%Y-%m-%dT%H:%M:%S") + (f".{fraction}" if fraction else "") + "Z"
     if kind == "bytes":
         raw = value if isinstance(value, bytes) else str(value).encode()
         return base64.b64encode(raw).decode()

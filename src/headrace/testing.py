@@ -488,7 +488,8 @@ class MariaDBServer:
         self.settings = {
             "log-bin": str(self.dir / "binlog"), "binlog-format": "ROW",
             "binlog-row-image": "FULL", "binlog-row-metadata": "FULL", "server-id": "1",
-            "gtid-domain-id": "0",
+            "gtid-domain-id": "0", "character-set-server": "utf8mb4",
+            "collation-server": "utf8mb4_general_ci",
             "log-slave-updates": "ON",
             # a test server: durability is not the point, start-up time and disk are
             "innodb-flush-log-at-trx-commit": "2", "sync-binlog": "0",

@@ -128,11 +128,12 @@ def _changes(connector: MySqlConnector, event: Any, file: str, gtid: str | None,
     out: list[Record] = []
     for i, change in enumerate(event.rows):
         source = Source(prefix, int(event.timestamp) * 1000, int(event.packet.server_id),
-                        file, int(event.packet.log_pos) - event.event_size,
+                        file, int(event.packet.log_pos) - int(event.packet.event_size),
                         gtid=gtid, row=i, thread=thread, connector=connector.connector_name)
         if isinstance(event, WriteRowsEvent):
             out += records(prefix, table, "c", None,
-                           row(table, change["values"], change.get("none_sources")), source)
+                           row(table, change["values"], change.get("none_sources")),
+                           source)
         elif isinstance(event, UpdateRowsEvent):
             out += records(prefix, table, "u",
                            row(table, change["before_values"],

@@ -16,8 +16,8 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import struct
-from dataclasses import dataclass
-from decimal import Decimal
+from dataclasses import dataclass, replace
+from decimal import Decimal, localcontext
 from typing import Any
 
 from headrace.cdc.errors import CdcConfigError
@@ -45,6 +45,11 @@ class ColumnType:
     """DECIMAL(p, s): s."""
     values: tuple[str, ...] = ()
     """ENUM and SET: the permitted values, in definition order."""
+    length: int = 0
+    """BINARY(n): n (the binlog drops its trailing zero bytes; Debezium pads them back)."""
+    streamed: bool = False
+    """From the binlog (``from_binlog``), not the catalog: Debezium formats a TIMESTAMP's
+    fraction differently in the two."""
 
 
 def from_catalog(data_type: str, column_type: str, scale: int | None, fsp: int | None,
@@ -103,6 +108,10 @@ def _quoted_list(text: str) -> tuple[str, ...]:
 def from_binlog(column: Any) -> ColumnType:
     """From a python-mysql-replication ``Column`` of a TABLE_MAP event (needs
     ``binlog_row_metadata=FULL`` for signedness, charsets and ENUM/SET values)."""
+    return replace(_from_binlog(column), streamed=True)
+
+
+def _from_binlog(column: Any) -> ColumnType:
     from pymysqlreplication.constants import FIELD_TYPE
 
     t = column.type
@@ -135,8 +144,10 @@ def from_binlog(column: Any) -> ColumnType:
     if t == FIELD_TYPE.JSON:
         return ColumnType("json")
     if t in (FIELD_TYPE.VARCHAR, FIELD_TYPE.STRING, FIELD_TYPE.VAR_STRING, FIELD_TYPE.BLOB):
-        binary = (column.character_set_name or "").lower() == "binary"
-        return ColumnType("bytes" if binary else "string")
+        if (column.character_set_name or "").lower() != "binary":
+            return ColumnType("string")
+        fixed = column.max_length if t == FIELD_TYPE.STRING else 0
+        return ColumnType("bytes", length=fixed)
     raise CdcConfigError(f"MySQL column {column.name} of binlog type {t} is not supported")
 
 
@@ -149,8 +160,10 @@ def convert(col: ColumnType, value: Any) -> Any:
         v = int(value)
         return v - (1 << 64) if v >= 1 << 63 else v  # BIGINT UNSIGNED as a wrapped long
     if kind == "decimal":
-        d = Decimal(value).quantize(Decimal(1).scaleb(-col.scale))
-        unscaled = int(d.scaleb(col.scale))
+        with localcontext() as ctx:
+            ctx.prec = 100  # DECIMAL has 65 digits at most: no rounding here
+            d = Decimal(value).quantize(Decimal(1).scaleb(-col.scale))
+            unscaled = int(d.scaleb(col.scale))
         size = (unscaled + (unscaled < 0)).bit_length() // 8 + 1  # BigInteger.toByteArray
         return base64.b64encode(unscaled.to_bytes(size, "big", signed=True)).decode()
     if kind == "float":
@@ -170,11 +183,14 @@ def convert(col: ColumnType, value: Any) -> Any:
         micros = _micros(value - _EPOCH)
         return micros // 1000 if col.fsp <= 3 else micros
     if kind == "timestamp":
-        # as Java's ISO formatter: the fraction without trailing zeros, none when zero
-        fraction = f"{value.microsecond:06d}".rstrip("0")
+        # Debezium: from the binlog, the column's fsp digits; from the snapshot, Java's ISO
+        # format (the fraction without trailing zeros, none when zero)
+        fraction = f"{value.microsecond:06d}"
+        fraction = fraction[:col.fsp] if col.streamed else fraction.rstrip("0")
         return value.strftime("%Y-%m-%dT%H:%M:%S") + (f".{fraction}" if fraction else "") + "Z"
     if kind == "bytes":
         raw = value if isinstance(value, bytes) else str(value).encode()
+        raw = raw.ljust(col.length, b"\0")
         return base64.b64encode(raw).decode()
     if kind == "set":
         members = value.split(",") if isinstance(value, str) else list(value)

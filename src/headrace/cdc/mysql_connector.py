@@ -13,7 +13,7 @@ The same exactly-once rule as the PostgreSQL connector (``connector``):
    at that position" go out in **one** Kafka transaction.
 3. Stream from the stored position: each source transaction's changes (from its GTID or
    BEGIN event to its XID or COMMIT) and the position after its commit event go out in one
-   Kafka transaction. After a crash the connector resumes where the log's offsets say:
+   Kafka transaction (a burst of small ones may share one, never split one). After a crash the connector resumes where the log's offsets say:
    on MariaDB at their GTID position (one ``domain-server-sequence`` per replication
    domain: it survives binlog file renaming and a switch to another server of the same
    replication topology), on MySQL at their binlog file and position. So for read_committed
@@ -62,6 +62,7 @@ class MySqlConfig:
     server_id: int = 5401
     """The replica server id the binlog is read as (unique among the server's replicas)."""
     heartbeat_s: float = 1.0
+    """While no captured table changes, the position is written at most this often."""
     offsets_topic: str = "__headrace_cdc_offsets"
     client_config: dict[str, Any] = field(default_factory=dict)
     timeout_s: float = 30.0

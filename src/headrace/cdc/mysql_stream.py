@@ -5,6 +5,11 @@ Transaction boundaries: a transaction starts at its GTID event (MariaDB; MySQL's
 event is followed by a ``BEGIN`` query) or a ``BEGIN`` query, and ends at its XID event
 (InnoDB) or a ``COMMIT`` query (non-transactional engines). A DDL statement is a
 transaction of its own with no row changes: only the position moves past it.
+
+Committed source transactions go out as in the PostgreSQL connector: a burst shares one
+Kafka transaction (up to ``_MAX_PENDING`` records or ``_MAX_PENDING_S``), never splits
+one; whatever is pending goes out as soon as the binlog pauses (the server's heartbeat
+after ``_IDLE_S`` without events).
 """
 
 from __future__ import annotations
@@ -35,6 +40,13 @@ if TYPE_CHECKING:
     from headrace.cdc.mysql_connector import MySqlConnector
 
 log = logging.getLogger("headrace.cdc")
+_IDLE_S = 0.05
+"""The server sends a heartbeat after this long without events: the moment to write what
+is pending (a transaction alone waits no longer than this for company)."""
+_MAX_PENDING = 20_000
+"""Records of committed source transactions gathered into one Kafka transaction at most."""
+_MAX_PENDING_S = 0.2
+"""How long committed source transactions may wait for company while the binlog flows."""
 _EVENTS = [GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent, RotateEvent, HeartbeatLogEvent,
            WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent]
 
@@ -50,12 +62,13 @@ def stream(connector: MySqlConnector, start: Position, start_gtid: str | None, m
         connection_settings=connector.dsn.settings(), server_id=cfg.server_id,
         resume_stream=True, blocking=True, only_events=_EVENTS, is_mariadb=mariadb,
         **({"auto_position": start_gtid or ""} if mariadb else
-           {"log_file": start.file, "log_pos": start.pos}), slave_heartbeat=cfg.heartbeat_s,
+           {"log_file": start.file, "log_pos": start.pos}), slave_heartbeat=_IDLE_S,
         enable_logging=False, freeze_schema=True)
     if on_ready is not None:
         on_ready(f"GTID {start_gtid}" if mariadb else f"{start.file}:{start.pos}")
     txn: list[Record] | None = None
     pending: list[Record] = []
+    pending_since = 0.0
     end: Position = start
     domains = _domains(start_gtid)
     txn_gtid: str | None = None
@@ -69,11 +82,13 @@ def stream(connector: MySqlConnector, start: Position, start_gtid: str | None, m
         pending, last_write = [], time.monotonic()
 
     def commit(event: Any) -> None:
-        nonlocal txn, end
+        nonlocal txn, end, pending_since
         end = Position(reader.log_file, int(event.packet.log_pos))
         if txn_gtid is not None:
             domains[txn_gtid.split("-", 1)[0]] = txn_gtid
         if txn:
+            if not pending:
+                pending_since = time.monotonic()
             pending.extend(txn)
         txn = None
 
@@ -116,8 +131,9 @@ def stream(connector: MySqlConnector, start: Position, start_gtid: str | None, m
                 if txn is None:
                     txn = []
                 txn.extend(_changes(connector, event, reader.log_file, txn_gtid, thread, prefix))
-            if pending and txn is None:
-                flush()  # one Kafka transaction per source transaction
+            if pending and txn is None and (len(pending) >= _MAX_PENDING or
+                                            time.monotonic() - pending_since >= _MAX_PENDING_S):
+                flush()
     finally:
         reader.close()
 

@@ -30,7 +30,7 @@ def mysql_command(
         "Replica server id to read the binlog as (unique among the server's replicas).")] =
         5401,
     heartbeat_s: Annotated[float, typer.Option("--heartbeat-seconds", min=0.1,
-                                               help="Server heartbeat interval when idle.")] =
+                                               help="How often the binlog position is recorded while the captured tables are idle.")] =
         1.0,
 ) -> None:
     """Snapshot the tables, then stream their binlog changes until Ctrl-C (SIGINT) or

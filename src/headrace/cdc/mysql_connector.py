@@ -41,10 +41,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from headrace.cdc import mysql
 from headrace.cdc.connector import SNAPSHOT_MODES, CdcConfig, Connector
-from headrace.cdc.errors import CdcConfigError, CdcError, SlotLostError
+from headrace.cdc.errors import CdcConfigError, CdcError
 from headrace.cdc.mysql import Dsn, Position, Table
 from headrace.cdc.mysql_envelope import Record, Source, records, row, topic_of
-from headrace.cdc.mysql_values import from_binlog
+from headrace.cdc.mysql_stream import Capture, stream
 
 log = logging.getLogger("headrace.cdc")
 
@@ -192,9 +192,10 @@ class MySqlConnector:
             finally:
                 db.close()
         assert self.offsets.position is not None
-        from headrace.cdc.mysql_stream import stream
-
-        stream(self, self.offsets.position, self.offsets.gtid, mariadb, stop, on_ready)
+        capture = Capture(self.dsn.settings(), self.cfg.server_id, frozenset(self.wanted),
+                          self.cfg.topic_prefix, self.connector_name, mariadb,
+                          self.cfg.heartbeat_s)
+        stream(capture, self.offsets.position, self.offsets.gtid, self._write, stop, on_ready)
 
     def _snapshot(self, tables: list[Table], mariadb: bool) -> None:
         position, gtid, rows = mysql.snapshot(self.dsn, tables, mariadb)
@@ -215,20 +216,3 @@ class MySqlConnector:
         self._write(batch, position, gtid)
         log.info("snapshot of %d rows written; streaming from %s:%d", len(read),
                  position.file, position.pos)
-
-    def table_from_binlog(self, event: Any) -> Table:
-        """A captured table as a rows event's TABLE_MAP describes it."""
-        columns = event.columns
-        names = tuple(str(c.name) for c in columns)
-        key = tuple(str(c.name) for c in columns if c.is_primary)
-        if not key:
-            raise CdcError(f"table {event.schema}.{event.table} has no primary key in the "
-                           "binlog metadata (binlog_row_metadata=FULL?)")
-        return Table(event.schema, event.table, names, key,
-                     tuple(from_binlog(c) for c in columns))
-
-
-def lost(position: Position, detail: str) -> SlotLostError:
-    return SlotLostError(f"the binlog at {position.file}:{position.pos}, where the log's "
-                         f"offsets resume, can't be read ({detail}): changes after it are "
-                         "lost; re-snapshot with --snapshot always")

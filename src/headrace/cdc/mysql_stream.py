@@ -18,7 +18,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import pymysql
 from pymysqlreplication import BinLogStreamReader
@@ -32,12 +33,10 @@ from pymysqlreplication.event import (
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from headrace.cdc.errors import CdcError
-from headrace.cdc.mysql import Position
+from headrace.cdc.errors import CdcError, SlotLostError
+from headrace.cdc.mysql import Position, Table
 from headrace.cdc.mysql_envelope import Record, Source, records, row
-
-if TYPE_CHECKING:
-    from headrace.cdc.mysql_connector import MySqlConnector
+from headrace.cdc.mysql_values import from_binlog
 
 log = logging.getLogger("headrace.cdc")
 _IDLE_S = 0.05
@@ -51,15 +50,36 @@ _EVENTS = [GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent, RotateEvent, Heart
            WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent]
 
 
-def stream(connector: MySqlConnector, start: Position, start_gtid: str | None, mariadb: bool,
+Write = Callable[[list[Record], Position, str | None], None]
+"""Writes records with the position (and GTID position) after them in one Kafka
+transaction; blocks until committed."""
+
+
+@dataclass(frozen=True)
+class Capture:
+    """What to read and how to label it."""
+
+    connection: dict[str, Any]
+    """python-mysql-replication connection settings."""
+    server_id: int
+    """The replica server id to read as."""
+    wanted: frozenset[tuple[str, str]]
+    """(database, table) pairs captured."""
+    prefix: str
+    connector: str
+    """The source block's ``connector``: mysql or mariadb."""
+    mariadb: bool
+    heartbeat_s: float
+    """While nothing captured changes, the position is written at most this often."""
+
+
+def stream(capture: Capture, start: Position, start_gtid: str | None, write: Write,
            stop: threading.Event, on_ready: Callable[[str], None] | None) -> None:
     """Stream from ``start_gtid`` (MariaDB) or ``start`` (MySQL) until ``stop``. Blocks;
-    raises ``CdcError``."""
-    from headrace.cdc.mysql_connector import lost
-
-    cfg = connector.cfg
+    raises ``CdcError``, ``SlotLostError`` when the server no longer has that binlog."""
+    mariadb = capture.mariadb
     reader = BinLogStreamReader(
-        connection_settings=connector.dsn.settings(), server_id=cfg.server_id,
+        connection_settings=capture.connection, server_id=capture.server_id,
         resume_stream=True, blocking=True, only_events=_EVENTS, is_mariadb=mariadb,
         **({"auto_position": start_gtid or ""} if mariadb else
            {"log_file": start.file, "log_pos": start.pos}), slave_heartbeat=_IDLE_S,
@@ -74,12 +94,12 @@ def stream(connector: MySqlConnector, start: Position, start_gtid: str | None, m
     txn_gtid: str | None = None
     thread: int | None = None
     last_write = time.monotonic()
-    prefix = cfg.topic_prefix
+    written = start
 
     def flush() -> None:
-        nonlocal pending, last_write
-        connector._write(pending, end, ",".join(domains.values()) if mariadb else None)
-        pending, last_write = [], time.monotonic()
+        nonlocal pending, last_write, written
+        write(pending, end, ",".join(domains.values()) if mariadb else None)
+        pending, last_write, written = [], time.monotonic(), end
 
     def commit(event: Any) -> None:
         nonlocal txn, end, pending_since
@@ -98,14 +118,18 @@ def stream(connector: MySqlConnector, start: Position, start_gtid: str | None, m
                 event = reader.fetchone()
             except pymysql.MySQLError as e:
                 message = str(e.args[-1])
-                if "binlog" in message.lower() or "log" in message.lower():
-                    raise lost(start, message) from e
+                if e.args[0] == 1236:  # ER_MASTER_FATAL_ERROR_READING_BINLOG
+                    where = f"GTID {start_gtid}" if mariadb else f"{start.file}:{start.pos}"
+                    raise SlotLostError(
+                        f"the binlog at {where}, where the log's offsets resume, can't be "
+                        f"read ({message}): changes after it are lost; re-snapshot with "
+                        "--snapshot always") from e
                 raise CdcError(f"reading the binlog failed: {message}") from e
             if event is None:
                 continue
             if isinstance(event, HeartbeatLogEvent | RotateEvent):
-                if pending or (end != connector.offsets.position and
-                               time.monotonic() - last_write >= cfg.heartbeat_s):
+                if pending or (end != written and
+                               time.monotonic() - last_write >= capture.heartbeat_s):
                     flush()
                 continue
             if isinstance(event, MariadbGtidEvent | GtidEvent):
@@ -126,11 +150,11 @@ def stream(connector: MySqlConnector, start: Position, start_gtid: str | None, m
             elif isinstance(event, XidEvent):
                 commit(event)
             elif isinstance(event, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
-                if (event.schema, event.table) not in connector.wanted:
+                if (event.schema, event.table) not in capture.wanted:
                     continue
                 if txn is None:
                     txn = []
-                txn.extend(_changes(connector, event, reader.log_file, txn_gtid, thread, prefix))
+                txn.extend(_changes(capture, event, reader.log_file, txn_gtid, thread))
             if pending and txn is None and (len(pending) >= _MAX_PENDING or
                                             time.monotonic() - pending_since >= _MAX_PENDING_S):
                 flush()
@@ -138,14 +162,26 @@ def stream(connector: MySqlConnector, start: Position, start_gtid: str | None, m
         reader.close()
 
 
-def _changes(connector: MySqlConnector, event: Any, file: str, gtid: str | None,
-             thread: int | None, prefix: str) -> list[Record]:
-    table = connector.table_from_binlog(event)
+def table_from_binlog(event: Any) -> Table:
+    """A captured table as a rows event's TABLE_MAP describes it."""
+    columns = event.columns
+    key = tuple(str(c.name) for c in columns if c.is_primary)
+    if not key:
+        raise CdcError(f"table {event.schema}.{event.table} has no primary key in the "
+                       "binlog metadata (binlog_row_metadata=FULL?)")
+    return Table(event.schema, event.table, tuple(str(c.name) for c in columns), key,
+                 tuple(from_binlog(c) for c in columns))
+
+
+def _changes(capture: Capture, event: Any, file: str, gtid: str | None,
+             thread: int | None) -> list[Record]:
+    table = table_from_binlog(event)
+    prefix = capture.prefix
     out: list[Record] = []
     for i, change in enumerate(event.rows):
         source = Source(prefix, int(event.timestamp) * 1000, int(event.packet.server_id),
                         file, int(event.packet.log_pos) - int(event.packet.event_size),
-                        gtid=gtid, row=i, thread=thread, connector=connector.connector_name)
+                        gtid=gtid, row=i, thread=thread, connector=capture.connector)
         if isinstance(event, WriteRowsEvent):
             out += records(prefix, table, "c", None,
                            row(table, change["values"], change.get("none_sources")),
@@ -160,7 +196,6 @@ def _changes(connector: MySqlConnector, event: Any, file: str, gtid: str | None,
             before = row(table, change["values"], change.get("none_sources"))
             out += records(prefix, table, "d", before, None, source)
     return out
-
 
 
 def _domains(gtid: str | None) -> dict[str, str]:

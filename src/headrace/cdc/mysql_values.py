@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import json
 import struct
 from dataclasses import dataclass, replace
 from decimal import Decimal, localcontext
@@ -196,9 +197,22 @@ def convert(col: ColumnType, value: Any) -> Any:
         members = value.split(",") if isinstance(value, str) else list(value)
         chosen = set(members) - {""}
         return ",".join(v for v in col.values if v in chosen)
+    if kind == "json" and not isinstance(value, str | bytes):
+        # MySQL's binary JSON, decoded by the binlog reader (MariaDB's JSON is text)
+        return json.dumps(_text_keys(value), separators=(",", ":"), ensure_ascii=False)
     if isinstance(value, bytes):
         return value.decode()
     return str(value)
+
+
+def _text_keys(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, dict):
+        return {_text_keys(k): _text_keys(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_text_keys(v) for v in value]
+    return value
 
 
 def _micros(delta: dt.timedelta) -> int:

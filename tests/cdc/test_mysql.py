@@ -195,19 +195,32 @@ def test_kill_9_of_the_connector_loses_and_doubles_nothing(
         assert versions == list(range(versions[0], final[key] + 1)), (key, versions)
 
 
-@pytest.mark.parametrize("problem", ["missing table", "no primary key", "bad password"])
-def test_bad_configuration_is_a_clear_error(mariadb: MariaDBServer, broker: EmbeddedBroker,
-                                            name: str, problem: str) -> None:
+@pytest.mark.parametrize("problem", ["missing table", "no primary key", "bad password",
+                                     "no broker", "minimal binlog metadata"])
+def test_bad_configuration_is_one_clear_line(mariadb: MariaDBServer, broker: EmbeddedBroker,
+                                             name: str, problem: str) -> None:
     execute(mariadb, f"CREATE DATABASE {name}", f"CREATE TABLE {name}.nokey (a int)",
+            f"CREATE TABLE {name}.t (id int PRIMARY KEY)",
             f"CREATE USER '{name}'@'%' IDENTIFIED BY 's3cret'")
     dsn, table, expected = mariadb.dsn, f"{name}.nokey", "no primary key"
+    bootstrap = broker.bootstrap_servers
     if problem == "missing table":
         table, expected = f"{name}.ghost", "does not exist"
     elif problem == "bad password":
         dsn = f"mysql://{name}:wrong-s3cret@{mariadb.host}:{mariadb.port}/{name}"
-        expected = "cannot connect to mysql://"
-    connector = MySqlConnectorProcess(dsn, table, broker.bootstrap_servers, name)
-    with pytest.raises(Exception, match="exited during start-up") as e:
-        connector.start()
-    assert expected in str(e.value)
-    assert "Traceback" not in str(e.value) and "s3cret" not in str(e.value)
+        expected = f"cannot connect to mysql://{name}:***@"
+    elif problem == "no broker":
+        table, bootstrap, expected = f"{name}.t", "127.0.0.1:1", "cannot reach Kafka at"
+    elif problem == "minimal binlog metadata":
+        table, expected = f"{name}.t", "binlog_row_metadata is MINIMAL: capture needs"
+        execute(mariadb, "SET GLOBAL binlog_row_metadata = MINIMAL")
+    connector = MySqlConnectorProcess(dsn, table, bootstrap, name, "--timeout-seconds", "2")
+    try:
+        with pytest.raises(Exception, match="exited during start-up") as e:
+            connector.start()
+    finally:
+        execute(mariadb, "SET GLOBAL binlog_row_metadata = FULL")
+    assert connector.process is not None and connector.process.returncode == 1
+    lines = connector.output_lines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], lines
+    assert "s3cret" not in str(e.value)

@@ -97,15 +97,28 @@ class MySqlConnector:
 
     # -- Kafka side ----------------------------------------------------------------------
 
+    def _unreachable(self) -> CdcError:
+        return CdcError(f"cannot reach Kafka at {self.cfg.bootstrap_servers} within "
+                        f"{self.cfg.timeout_s:g} s")
+
     def _ensure_topics(self, tables: list[Table]) -> None:
-        admin = AdminClient({"log_level": 4, **self.kafka})
+        # log_level 2: an unreachable broker is one error line of ours, not a line per
+        # connection attempt from librdkafka
+        admin = AdminClient({"log_level": 2, **self.kafka})
         wanted = [NewTopic(topic_of(self.cfg.topic_prefix, t), 1) for t in tables]
         wanted.append(NewTopic(self.cfg.offsets_topic, 1, config={"cleanup.policy": "compact"}))
-        for topic, future in admin.create_topics(wanted).items():
+        for topic, future in admin.create_topics(wanted,
+                                                 request_timeout=self.cfg.timeout_s).items():
             try:
                 future.result(self.cfg.timeout_s)
+            except TimeoutError as e:
+                raise self._unreachable() from e
             except KafkaException as e:
-                if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                code = e.args[0].code()
+                if code in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT,
+                            KafkaError._ALL_BROKERS_DOWN):
+                    raise self._unreachable() from e
+                if code != KafkaError.TOPIC_ALREADY_EXISTS:
                     raise CdcError(f"cannot create {topic}: {e.args[0].str()}") from e
 
     def _read_offsets(self) -> Offsets:
@@ -175,7 +188,10 @@ class MySqlConnector:
         self.producer = Producer({**self.kafka, "transactional.id":
                                   f"headrace-cdc-{self.cfg.name}", "acks": "all",
                                   "enable.idempotence": True, "linger.ms": 5})
-        self.producer.init_transactions(self.cfg.timeout_s)
+        try:
+            self.producer.init_transactions(self.cfg.timeout_s)
+        except KafkaException as e:
+            raise CdcError(f"cannot start a Kafka transaction: {e.args[0].str()}") from e
         self.offsets = self._read_offsets()
         wants_snapshot = self.cfg.snapshot == "always" or (
             self.cfg.snapshot in ("initial", "initial_only") and not self.offsets.snapshot_done)

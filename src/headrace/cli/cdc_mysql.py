@@ -32,6 +32,10 @@ def mysql_command(
     heartbeat_s: Annotated[float, typer.Option("--heartbeat-seconds", min=0.1,
                                                help="How often the binlog position is recorded while the captured tables are idle.")] =
         1.0,
+    timeout_s: Annotated[float, typer.Option("--timeout-seconds", min=0.1,
+                                             help="How long a Kafka operation may take "
+                                                  "(an unreachable broker: an error after "
+                                                  "this).")] = 30.0,
 ) -> None:
     """Snapshot the tables, then stream their binlog changes until Ctrl-C (SIGINT) or
     SIGTERM."""
@@ -45,7 +49,8 @@ def mysql_command(
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     config = MySqlConfig(dsn, names, bootstrap_servers, topic_prefix, snapshot, name,
-                         server_id, heartbeat_s, client_config=client_settings())
+                         server_id, heartbeat_s, client_config=client_settings(),
+                         timeout_s=timeout_s)
     MySqlConnector(config).run(stop, on_ready=lambda position: print(
         f"{READY_PREFIX}from {position} ({', '.join(names)} -> {topic_prefix}.*)",
         flush=True))

@@ -17,7 +17,7 @@ import base64
 import datetime as dt
 import json
 import struct
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from decimal import Decimal, localcontext
 from typing import Any
 
@@ -109,47 +109,49 @@ def _quoted_list(text: str) -> tuple[str, ...]:
 def from_binlog(column: Any) -> ColumnType:
     """From a python-mysql-replication ``Column`` of a TABLE_MAP event (needs
     ``binlog_row_metadata=FULL`` for signedness, charsets and ENUM/SET values)."""
-    return replace(_from_binlog(column), streamed=True)
-
-
-def _from_binlog(column: Any) -> ColumnType:
     from pymysqlreplication.constants import FIELD_TYPE
 
+    ct = _streamed
     t = column.type
     unsigned = bool(column.unsigned)
     if t in (FIELD_TYPE.TINY, FIELD_TYPE.SHORT, FIELD_TYPE.INT24, FIELD_TYPE.LONG,
              FIELD_TYPE.LONGLONG):
-        return ColumnType("int", unsigned)
+        return ct("int", unsigned)
     if t == FIELD_TYPE.NEWDECIMAL:
-        return ColumnType("decimal", unsigned, scale=column.decimals)
+        return ct("decimal", unsigned, scale=column.decimals)
     if t == FIELD_TYPE.FLOAT:
-        return ColumnType("float", unsigned)
+        return ct("float", unsigned)
     if t == FIELD_TYPE.DOUBLE:
-        return ColumnType("double", unsigned)
+        return ct("double", unsigned)
     if t == FIELD_TYPE.BIT:
-        return ColumnType("bit", bits=column.bits)
+        return ct("bit", bits=column.bits)
     if t in (FIELD_TYPE.DATE, FIELD_TYPE.NEWDATE):
-        return ColumnType("date")
+        return ct("date")
     if t in (FIELD_TYPE.TIME, FIELD_TYPE.TIME2):
-        return ColumnType("time", fsp=getattr(column, "fsp", 0))
+        return ct("time", fsp=getattr(column, "fsp", 0))
     if t in (FIELD_TYPE.DATETIME, FIELD_TYPE.DATETIME2):
-        return ColumnType("datetime", fsp=getattr(column, "fsp", 0))
+        return ct("datetime", fsp=getattr(column, "fsp", 0))
     if t in (FIELD_TYPE.TIMESTAMP, FIELD_TYPE.TIMESTAMP2):
-        return ColumnType("timestamp", fsp=getattr(column, "fsp", 0))
+        return ct("timestamp", fsp=getattr(column, "fsp", 0))
     if t == FIELD_TYPE.YEAR:
-        return ColumnType("year")
+        return ct("year")
     if t == FIELD_TYPE.ENUM:
-        return ColumnType("enum", values=tuple(column.enum_values or ()))
+        return ct("enum", values=tuple(column.enum_values or ()))
     if t == FIELD_TYPE.SET:
-        return ColumnType("set", values=tuple(column.set_values or ()))
+        return ct("set", values=tuple(column.set_values or ()))
     if t == FIELD_TYPE.JSON:
-        return ColumnType("json")
+        return ct("json")
     if t in (FIELD_TYPE.VARCHAR, FIELD_TYPE.STRING, FIELD_TYPE.VAR_STRING, FIELD_TYPE.BLOB):
         if (column.character_set_name or "").lower() != "binary":
-            return ColumnType("string")
+            return ct("string")
         fixed = column.max_length if t == FIELD_TYPE.STRING else 0
-        return ColumnType("bytes", length=fixed)
+        return ct("bytes", length=fixed)
     raise CdcConfigError(f"MySQL column {column.name} of binlog type {t} is not supported")
+
+
+def _streamed(kind: str, unsigned: bool = False, bits: int = 0, fsp: int = 0, scale: int = 0,
+              values: tuple[str, ...] = (), length: int = 0) -> ColumnType:
+    return ColumnType(kind, unsigned, bits, fsp, scale, values, length, streamed=True)
 
 
 def convert(col: ColumnType, value: Any) -> Any:

@@ -142,8 +142,13 @@ def stream(capture: Capture, start: Position, start_gtid: str | None, write: Wri
                 if query == "BEGIN":
                     txn = txn if txn is not None else []
                     thread = int(event.slave_proxy_id)
-                elif query == "COMMIT":
+                elif query in ("COMMIT", "ROLLBACK"):
+                    # in the binlog, a ROLLBACK ends changes a non-transactional engine
+                    # made anyway: they stay
                     commit(event)
+                elif query.startswith(("SAVEPOINT", "ROLLBACK TO", "RELEASE SAVEPOINT",
+                                       "XA ")):
+                    pass  # inside a transaction
                 elif txn is None or not txn:
                     # DDL (its own transaction): the next TABLE_MAP has the new shape
                     commit(event)
@@ -158,6 +163,9 @@ def stream(capture: Capture, start: Position, start_gtid: str | None, write: Wri
             if pending and txn is None and (len(pending) >= _MAX_PENDING or
                                             time.monotonic() - pending_since >= _MAX_PENDING_S):
                 flush()
+            elif txn is None and not pending and end != written and \
+                    time.monotonic() - last_write >= capture.heartbeat_s:
+                flush()  # only other tables change: keep the stored position near
     finally:
         reader.close()
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import random
 import threading
 import time
-import uuid
 from typing import Any
 
 import pymysql
@@ -36,12 +35,6 @@ EXPECTED = {"id": 1, "name": "ada", "amount": "BBo=", "neg": "+iQ=", "f": 0.1, "
             "y": 2024, "b": True, "b12": "BQA=", "e": "y", "st": "a,c", "raw": "AQI=",
             "bin": "AQAA", "txt": "héllo", "blb": "/wA=", "j": '{"k": 1}', "u": -1,
             "ti": -128, "ui": 4294967295, "si": -32768, "mi": 16777215}
-
-
-@pytest.fixture
-def name() -> str:
-    """A database and topic prefix (and connector name) of this test's own."""
-    return f"t{uuid.uuid4().hex[:10]}"
 
 
 def _wait_for(predicate: Any, timeout: float = 30.0, what: str = "") -> Any:

@@ -1,5 +1,5 @@
-"""Reading the binlog (python-mysql-replication) into source transactions and writing each
-committed one, with the position after its commit, in one Kafka transaction.
+"""Reading the binlog (python-mysql-replication) into source transactions and writing the
+committed ones, each whole and with the position after it, in Kafka transactions.
 
 Transaction boundaries: a transaction starts at its GTID event (MariaDB; MySQL's GTID
 event is followed by a ``BEGIN`` query) or a ``BEGIN`` query, and ends at its XID event

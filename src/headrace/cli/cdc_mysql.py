@@ -37,8 +37,7 @@ def mysql_command(
                                                   "(an unreachable broker: an error after "
                                                   "this).")] = 30.0,
 ) -> None:
-    """Snapshot the tables, then stream their binlog changes until Ctrl-C (SIGINT) or
-    SIGTERM."""
+    """Snapshot MySQL/MariaDB tables, then stream their binlog changes until SIGINT/SIGTERM."""
     from headrace.cdc.connector import READY_PREFIX
     from headrace.cdc.mysql_connector import MySqlConfig, MySqlConnector
 

@@ -63,7 +63,8 @@ def _writer(db: MariaDBServer, accounts: int, stop: threading.Event, counts: lis
     with conn.cursor() as cur:
         while not stop.is_set():
             aid, tid, bid = rng.randint(1, accounts), rng.randint(1, 100), rng.randint(1, 10)
-            delta = rng.randint(-5000, 5000)
+            # never 0: MySQL logs no row for an UPDATE that changes nothing
+            delta = rng.choice((-1, 1)) * rng.randint(1, 5000)
             cur.execute("UPDATE accounts SET abalance = abalance + %s WHERE aid = %s",
                         (delta, aid))
             cur.execute("UPDATE tellers SET tbalance = tbalance + %s WHERE tid = %s",

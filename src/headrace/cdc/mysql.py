@@ -9,9 +9,10 @@ snapshot corresponds to is
   server records the binlog file and offset at the moment the snapshot was taken, so no
   lock is needed and writers are never blocked;
 - on MySQL, which has no such status, ``FLUSH TABLES WITH READ LOCK`` is held only while
-  the transaction starts and ``SHOW MASTER STATUS`` (or ``SHOW BINARY LOG STATUS``) is read,
-  then released before any row is read (what Debezium's ``snapshot.locking.mode=minimal``
-  does); writers wait for milliseconds, not for the snapshot.
+  the transaction starts and the binlog position is read (``SHOW BINARY LOG STATUS``, or
+  ``SHOW MASTER STATUS`` before 8.2), then released before any row is read (what
+  Debezium's ``snapshot.locking.mode=minimal`` does); writers wait for milliseconds, not
+  for the snapshot.
 
 Every change committed before that position is in the snapshot and every change after it
 is in the binlog from there, so streaming starts exactly at the position: nothing is
@@ -165,10 +166,7 @@ def snapshot(dsn: Dsn, tables: list[Table], mariadb: bool
                 cur.execute("FLUSH TABLES WITH READ LOCK")
                 try:
                     cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
-                    cur.execute("SHOW MASTER STATUS")
-                    row = cur.fetchone()
-                    position = Position(str(row[0]), int(row[1]))
-                    gtid = None
+                    position, gtid = current_position(conn), None
                 finally:
                     cur.execute("UNLOCK TABLES")
     except pymysql.MySQLError as e:

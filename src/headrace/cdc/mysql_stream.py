@@ -81,6 +81,10 @@ def stream(capture: Capture, start: Position, start_gtid: str | None, write: Wri
     reader = BinLogStreamReader(
         connection_settings=capture.connection, server_id=capture.server_id,
         resume_stream=True, blocking=True, only_events=_EVENTS, is_mariadb=mariadb,
+        # rows of other tables are skipped unparsed (the reader matches table names alone,
+        # so the exact (database, table) check stays below)
+        only_schemas=sorted({d for d, _ in capture.wanted}),
+        only_tables=sorted({t for _, t in capture.wanted}),
         **({"auto_position": start_gtid or ""} if mariadb else
            {"log_file": start.file, "log_pos": start.pos}), slave_heartbeat=_IDLE_S,
         enable_logging=False, freeze_schema=True)

@@ -162,28 +162,32 @@ def test_kill_9_of_the_connector_loses_and_doubles_nothing(
             f"INSERT INTO {table} VALUES " + ", ".join(f"({i}, 1)" for i in range(50)))
     writer = Writer(mariadb, table, 2)
     writer.start()  # writes before, during and across the snapshot
-    connector = MySqlConnectorProcess(mariadb.dsn, table, broker.bootstrap_servers,
-                                      name).start()
+    connector = MySqlConnectorProcess(mariadb.dsn, table, broker.bootstrap_servers, name)
     rng = random.Random(5)
     try:
-        for _ in range(4):  # at random points: snapshot, stream, between transactions
-            time.sleep(rng.uniform(0.1, 0.8))
-            connector.kill()
-            connector.start()
-        moving = writer.transactions
-        _wait_for(lambda: writer.transactions >= moving + 30, 30, "more transactions")
+        connector.start()
+        try:
+            for _ in range(4):  # at random points: snapshot, stream, between transactions
+                time.sleep(rng.uniform(0.1, 0.8))
+                connector.kill()
+                connector.start()
+            moving = writer.transactions
+            _wait_for(lambda: writer.transactions >= moving + 30, 30, "more transactions")
+        finally:
+            writer.stop.set()
+            writer.join()
+        final = dict(query(mariadb, f"SELECT id, v FROM {table}"))
+
+        def caught_up() -> list[Any] | None:
+            events = read_topic(broker.bootstrap_servers, f"{name}.{table}")
+            last = {k: v[-1] for k, v in _versions(events).items()}
+            return events if last == final else None
+
+        events = _wait_for(caught_up, 60, "the connector to catch up")
+        assert connector.stop() == 0  # SIGTERM: a clean stop
     finally:
         writer.stop.set()
-        writer.join()
-    final = dict(query(mariadb, f"SELECT id, v FROM {table}"))
-
-    def caught_up() -> list[Any] | None:
-        events = read_topic(broker.bootstrap_servers, f"{name}.{table}")
-        last = {k: v[-1] for k, v in _versions(events).items()}
-        return events if last == final else None
-
-    events = _wait_for(caught_up, 60, "the connector to catch up")
-    connector.stop()
+        connector.stop()
     seen = _versions(events)
     assert set(seen) == set(final)
     for key, versions in seen.items():  # every version once, in commit order

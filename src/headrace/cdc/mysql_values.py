@@ -227,6 +227,9 @@ def _float32(value: float) -> float:
     bits = struct.pack("<f", value)
     for digits in range(1, 10):
         candidate = float(f"{value:.{digits}g}")
-        if struct.pack("<f", candidate) == bits:
-            return candidate
+        try:
+            if struct.pack("<f", candidate) == bits:
+                return candidate
+        except OverflowError:  # rounded past the largest float32 (near ±3.4e38)
+            continue
     return value

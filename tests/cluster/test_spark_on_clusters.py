@@ -7,9 +7,11 @@ the end, ``down``.
 (``tests.spark.spark_workers.eos_pipeline``: upper-cases values, ``repartition(3)``,
 ``Trigger.AvailableNow``, ``maxOffsetsPerTrigger``), submitted to the master as any Spark
 application is, while the broker leading every input and output partition is killed with
-``kill -9`` after the first micro-batch and restarted once its partitions have moved. The
-query must end on its own, and a read_committed consumer must then see every input value
-exactly once, upper-cased.
+``kill -9`` after the first micro-batch and restarted once its partitions have moved; after
+the second micro-batch one of the two Spark workers is killed with ``kill -9`` (its executor
+goes with it, and the driver re-runs its tasks on the other). The query must end on its
+own, and a read_committed consumer must then see every input value exactly once,
+upper-cased.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,8 +35,9 @@ from tests.spark.spark_workers.supervisor import SparkWorker
 
 pytestmark = pytest.mark.slow
 
-RECORDS = 4_000
-MAX_OFFSETS_PER_TRIGGER = 1_000  # four micro-batches, the kill after the first
+RECORDS = 6_000
+MAX_OFFSETS_PER_TRIGGER = 1_000  # six micro-batches: a broker killed after the first,
+# a Spark worker after the second
 
 
 @dataclass(frozen=True)
@@ -77,7 +81,7 @@ def test_status_reports_both_clusters(clusters: Clusters) -> None:
     assert f"{clusters.spark.master_url} (running; 2 of 2 workers running)" in clusters.status
 
 
-def test_exactly_once_query_on_a_spark_cluster_survives_a_leader_kill(
+def test_exactly_once_query_on_a_spark_cluster_survives_a_leader_and_a_worker_kill(
         clusters: Clusters, topic_name: str, tmp_path: Path) -> None:
     cluster = clusters.kafka
     victim = cluster.broker_ids[0]
@@ -101,6 +105,12 @@ def test_exactly_once_query_on_a_spark_cluster_survives_a_leader_kill(
         cluster.kill(victim)
         cluster.wait_for_leader(source, 0, not_on=victim)
         cluster.start_broker(victim, wait=False)
+        deadline = time.monotonic() + scaled(240)
+        while sum(e.startswith("batch") for e in worker.events()) < 2:
+            assert time.monotonic() < deadline and not worker.exited(), worker.stderr_tail()
+            time.sleep(0.2)
+        assert not any(e.startswith("done") for e in worker.events())
+        clusters.spark.kill_worker(1)
         assert worker.wait_exit(240) == 0, worker.stderr_tail()
     finally:
         worker.kill()

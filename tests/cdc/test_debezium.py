@@ -29,12 +29,15 @@ SOURCE_FIELDS = ("connector", "snapshot", "db", "schema", "table", "xmin", "orig
 
 
 class Debezium:
-    def __init__(self, pg: PostgresServer, table: str, name: str) -> None:
+    """Debezium's embedded engine capturing ``table`` (a comma-separated include list) on
+    slot ``name``; ``props``: more connector properties, ``name=value``."""
+
+    def __init__(self, pg: PostgresServer, table: str, name: str, *props: str) -> None:
         self.events: list[tuple[str, Any, Any]] = []
         self.process = subprocess.Popen(
             [jvm.java_executable(), "-cp", jvm.classpath("debezium"),
              "io.headrace.debezium.DebeziumCapture", pg.host, str(pg.port), "postgres",
-             "postgres", name, table, name],
+             "postgres", name, table, name, *props],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         threading.Thread(target=self._read, daemon=True).start()
 

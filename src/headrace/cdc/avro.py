@@ -101,11 +101,12 @@ class AvroEncoder:
             return found
         namespace = f"{self.prefix}.{table.schema}.{table.name}"
         kinds = {c: _avro_type(oid, mod, self.decimal_mode)
-                 for c, (oid, mod) in zip(table.columns, table.types, strict=True)}
+                 for c, (oid, mod), f in zip(table.columns, table.types, table.converters,
+                                             strict=True) if f is not None}
         value_fields = [{"name": c, "type": kinds[c]} if c in table.key and not
                         table.full_identity else
                         {"name": c, "type": ["null", kinds[c]], "default": None}
-                        for c in table.columns]
+                        for c in table.visible]
         row = {"type": "record", "name": "Value", "namespace": namespace,
                "fields": value_fields}
         envelope = {"type": "record", "name": "Envelope", "namespace": namespace, "fields": [

@@ -48,8 +48,17 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from headrace.cdc import pgoutput, postgres
-from headrace.cdc.envelope import JSON, Encoder, Source, Table, key_only, records, topic_of
+from headrace.cdc.envelope import (
+    JSON,
+    Encoder,
+    Source,
+    Table,
+    records,
+    snapshot_markers,
+    topic_of,
+)
 from headrace.cdc.errors import CdcConfigError, CdcError, SlotLostError
+from headrace.cdc.values import DECIMAL_MODES, TIME_MODES, TypeCatalog
 
 log = logging.getLogger("headrace.cdc")
 SNAPSHOT_MODES = ("initial", "never", "always", "initial_only")
@@ -77,6 +86,9 @@ class CdcConfig:
     timeout_s: float = 30.0
     schema_registry_url: str = ""
     """Set: keys and values are Avro through this registry (``avro.py``), else JSON."""
+    time_precision_mode: str = "adaptive"
+    """Debezium's ``time.precision.mode``: adaptive or connect (``decimal_mode`` is its
+    ``decimal.handling.mode``)."""
 
 
 @dataclass
@@ -94,10 +106,16 @@ class Connector:
     def __init__(self, config: CdcConfig) -> None:
         if config.snapshot not in SNAPSHOT_MODES:
             raise CdcConfigError(f"--snapshot must be one of {', '.join(SNAPSHOT_MODES)}")
+        if config.decimal_mode not in DECIMAL_MODES:
+            raise CdcConfigError("--decimal-handling-mode must be one of "
+                                 f"{', '.join(DECIMAL_MODES)}")
+        if config.time_precision_mode not in TIME_MODES:
+            raise CdcConfigError(f"--time-precision-mode must be one of {', '.join(TIME_MODES)}")
         self.cfg = config
         self.kafka: dict[str, Any] = {"bootstrap.servers": config.bootstrap_servers,
                                       **config.client_config}
         self.tables: dict[int, Table] = {}
+        self.types: TypeCatalog = {}
         self.offsets = Offsets()
         self.producer: Producer | None = None
         self.db_name = ""
@@ -194,10 +212,13 @@ class Connector:
             on_ready: Callable[[str], None] | None = None) -> None:
         """Snapshot (as configured) and stream until ``stop``. Blocks."""
         stop = stop or threading.Event()
-        db = postgres.connect(self.cfg.dsn)
+        db = postgres.connect(self.cfg.dsn, self.cfg.timeout_s)
         try:
             self.db_name = postgres.check_server(db)
-            tables = [postgres.table_info(db, q, self.cfg.decimal_mode) for q in self.cfg.tables]
+            self.types = postgres.type_catalog(db)
+            tables = [postgres.table_info(db, q, self.cfg.decimal_mode,
+                                          self.cfg.time_precision_mode, self.types)
+                      for q in self.cfg.tables]
             postgres.ensure_publication(db, self.cfg.publication, tables)
             self._ensure_topics(tables)
             self.producer = Producer({**self.kafka, "transactional.id":
@@ -263,12 +284,16 @@ class Connector:
     def _snapshot(self, snapshot_name: str, tables: list[Table], lsn: int) -> None:
         now = time.time_ns() // 1000
         batch: list[Record] = []
-        rows = list(postgres.read_snapshot(self.cfg.dsn, snapshot_name, tables))
-        for i, (table, values) in enumerate(rows):
-            flag = "last" if i == len(rows) - 1 else "true"
-            source = Source(self.cfg.topic_prefix, self.db_name, lsn, None, now, flag)
-            for key, value in records(table, "r", None, table.row(values), source,
-                                      self.encoder):
+        read = postgres.read_snapshot(self.cfg.dsn, snapshot_name, tables)
+        tx_id = next(read)
+        assert isinstance(tx_id, int)
+        rows = [r for r in read if not isinstance(r, int)]
+        counts = [sum(1 for t, _ in rows if t is table) for table in tables]
+        marks = [m for per_table in snapshot_markers(counts) for m in per_table]
+        for (table, values), flag in zip(rows, marks, strict=True):
+            source = Source(self.cfg.topic_prefix, self.db_name, lsn, tx_id, now, flag)
+            for key, value in records(table, "r", None, table.row(values, snapshot=True),
+                                      source, self.encoder):
                 batch.append((topic_of(self.cfg.topic_prefix, table), key, value))
         self.offsets.events = {}  # a new snapshot starts the counts afresh
         self._write(batch, lsn)
@@ -288,7 +313,10 @@ class Connector:
         txn: list[Record] | None = None
         pending: list[Record] = []  # committed source transactions not yet in the log
         pending_end, pending_since = 0, 0.0
-        xid, commit_ts, last_commit = 0, 0, None
+        # Debezium's source.sequence starts with the end of the last transaction before
+        # (a heartbeat's position; the change's own at the start)
+        xid, commit_ts = 0, 0
+        last_commit: int | None = None
         last_traffic = time.monotonic()
 
         def flush() -> None:
@@ -312,7 +340,7 @@ class Connector:
                 last_traffic = time.monotonic()
                 event = pgoutput.decode(msg.payload)
                 if isinstance(event, pgoutput.Relation):
-                    self.tables[event.oid] = Table.from_relation(event, self.cfg.decimal_mode)
+                    self.tables[event.oid] = self._relation(db, event)
                 elif isinstance(event, pgoutput.Begin):
                     txn, xid, commit_ts = [], event.xid, event.commit_ts_us
                 elif isinstance(event, pgoutput.Commit):
@@ -321,22 +349,35 @@ class Connector:
                             pending_since = time.monotonic()
                         pending.extend(txn)
                     pending_end = max(pending_end, event.end_lsn)
-                    last_commit = event.commit_lsn
+                    last_commit = event.end_lsn
                     txn = None
                     if len(pending) >= _MAX_PENDING or (
                             pending and time.monotonic() - pending_since >= _MAX_PENDING_S):
                         flush()
                 elif isinstance(event, pgoutput.LogicalMessage):
+                    if not event.transactional:
+                        last_commit = msg.data_start
                     if not event.transactional and txn is None and not pending:
                         cur.send_feedback(flush_lsn=event.lsn)
                 elif isinstance(event, pgoutput.Insert | pgoutput.Update | pgoutput.Delete):
                     if txn is None:
                         raise CdcError("a change outside a transaction")
+                    if last_commit is None:
+                        last_commit = msg.data_start
                     source = Source(self.cfg.topic_prefix, self.db_name, msg.data_start, xid,
                                     commit_ts, last_commit_lsn=last_commit)
                     txn.extend(self._change(event, source))
         finally:
             repl.close()
+
+    def _relation(self, db: Any, rel: pgoutput.Relation) -> Table:
+        """A Relation message's table, with what only the catalog knows (primary key, NOT
+        NULL, defaults, types created since the start)."""
+        self.types = postgres.type_catalog(db)
+        found = postgres.catalog_columns(db, rel.namespace, rel.name)
+        facts = found[3] if found is not None else {}
+        return Table.from_relation(rel, self.cfg.decimal_mode, self.cfg.time_precision_mode,
+                                   self.types, facts)
 
     def _change(self, event: pgoutput.Insert | pgoutput.Update | pgoutput.Delete,
                 source: Source) -> list[Record]:
@@ -353,16 +394,20 @@ class Connector:
                             for n, o in zip(event.new, event.old, strict=True))
             after = table.row(new)
             before = None
-            if event.old is not None and table.full_identity:
-                before = table.row(event.old)
-            elif event.old is not None:  # the key changed: Debezium's delete + create
-                old = key_only(table, table.row(event.old))
-                out = records(table, "d", old, None, source, self.encoder)
+            if event.old is not None:
+                before = table.row(event.old) if table.full_identity else \
+                    table.old_row(event.old)
+            # PostgreSQL logs the old row (but for FULL) only when the replica identity's
+            # columns changed: Debezium then sends a delete and a create, as when the
+            # primary key changes under FULL.
+            if before is not None and (not table.full_identity or any(
+                    before.get(k) != after.get(k) for k in table.key)):
+                out = records(table, "d", before, None, source, self.encoder)
                 out += records(table, "c", None, after, source, self.encoder)
                 return [(topic, k, v) for k, v in out]
             out = records(table, "u", before, after, source, self.encoder)
         else:
-            row = table.row(event.old)
-            before = row if table.full_identity else key_only(table, row)
+            before = table.row(event.old) if table.full_identity else \
+                table.old_row(event.old)
             out = records(table, "d", before, None, source, self.encoder)
         return [(topic, k, v) for k, v in out]

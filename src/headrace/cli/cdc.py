@@ -34,18 +34,28 @@ def postgres_command(
     heartbeat_s: Annotated[float, typer.Option("--heartbeat-seconds", min=0.1,
                                                help="Heartbeat interval when idle.")] = 10.0,
     decimal_handling: Annotated[str, typer.Option(
-        help="numeric as precise (Debezium's default: base64), string or double.")] = "precise",
+        "--decimal-handling-mode", "--decimal-handling",
+        help="Debezium's decimal.handling.mode: numeric and money as precise (the default: "
+             "base64 of the unscaled value), string or double.")] = "precise",
+    time_precision: Annotated[str, typer.Option(
+        "--time-precision-mode",
+        help="Debezium's time.precision.mode: adaptive (the default: the column's "
+             "precision decides milli- or microseconds) or connect (milliseconds).")
+    ] = "adaptive",
     schema_registry: Annotated[str, typer.Option(
         help="Write keys and values as Avro through this schema registry URL "
              "(default: JSON).")] = "",
 ) -> None:
     """Snapshot the tables, then stream their changes until Ctrl-C (SIGINT) or SIGTERM."""
     from headrace.cdc.connector import READY_PREFIX, CdcConfig, Connector
-    from headrace.cdc.values import DECIMAL_MODES
+    from headrace.cdc.values import DECIMAL_MODES, TIME_MODES
 
     if decimal_handling not in DECIMAL_MODES:
         raise typer.BadParameter(f"one of {', '.join(DECIMAL_MODES)}",
-                                 param_hint="'--decimal-handling'")
+                                 param_hint="'--decimal-handling-mode'")
+    if time_precision not in TIME_MODES:
+        raise typer.BadParameter(f"one of {', '.join(TIME_MODES)}",
+                                 param_hint="'--time-precision-mode'")
     names = tuple(t.strip() for t in tables.split(",") if t.strip())
     if not names:
         raise typer.BadParameter("name at least one table", param_hint="'--tables'")
@@ -54,7 +64,7 @@ def postgres_command(
         signal.signal(sig, lambda *_: stop.set())
     config = CdcConfig(dsn, names, bootstrap_servers, topic_prefix, snapshot, slot, publication,
                        heartbeat_s, decimal_handling, schema_registry_url=schema_registry,
-                       client_config=client_settings())
+                       client_config=client_settings(), time_precision_mode=time_precision)
     Connector(config).run(stop, on_ready=lambda lsn: print(
         f"{READY_PREFIX}from {lsn} ({', '.join(names)} -> {topic_prefix}.*)", flush=True))
 

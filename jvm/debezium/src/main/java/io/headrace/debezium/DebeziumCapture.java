@@ -10,7 +10,10 @@ import java.util.concurrent.TimeUnit;
 
 /** Runs Debezium's PostgreSQL connector in its embedded engine and prints each change
  *  event as one line: topic TAB key TAB value (JSON, no schemas). Runs until stdin closes.
- *  Arguments: host port user dbname topic-prefix table-include-list slot-and-publication. */
+ *  Arguments: host port user dbname topic-prefix table-include-list slot-and-publication,
+ *  then any number of name=value connector properties (e.g. decimal.handling.mode=string,
+ *  time.precision.mode=connect; value.converter.schemas.enable=true prints the JSON
+ *  converter's schema with each value). */
 public class DebeziumCapture {
     public static void main(String[] args) throws Exception {
         Properties p = new Properties();
@@ -33,6 +36,10 @@ public class DebeziumCapture {
         p.setProperty("converter.schemas.enable", "false");
         p.setProperty("key.converter.schemas.enable", "false");
         p.setProperty("value.converter.schemas.enable", "false");
+        for (int i = 7; i < args.length; i++) {
+            int eq = args[i].indexOf('=');
+            p.setProperty(args[i].substring(0, eq), args[i].substring(eq + 1));
+        }
         DebeziumEngine<ChangeEvent<String, String>> engine = DebeziumEngine.create(Json.class)
                 .using(p)
                 .notifying(r -> {

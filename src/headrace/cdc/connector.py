@@ -314,7 +314,7 @@ class Connector:
         pending: list[Record] = []  # committed source transactions not yet in the log
         pending_end, pending_since = 0, 0.0
         # Debezium's source.sequence starts with the end of the last transaction before
-        # (a heartbeat's position; the change's own at the start)
+        # (or a heartbeat's position; null when nothing came before)
         xid, commit_ts = 0, 0
         last_commit: int | None = None
         last_traffic = time.monotonic()
@@ -362,8 +362,6 @@ class Connector:
                 elif isinstance(event, pgoutput.Insert | pgoutput.Update | pgoutput.Delete):
                     if txn is None:
                         raise CdcError("a change outside a transaction")
-                    if last_commit is None:
-                        last_commit = msg.data_start
                     source = Source(self.cfg.topic_prefix, self.db_name, msg.data_start, xid,
                                     commit_ts, last_commit_lsn=last_commit)
                     txn.extend(self._change(event, source))

@@ -33,6 +33,7 @@ out. Whole source transactions are held in memory until their commit.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import logging
 import select
@@ -57,10 +58,15 @@ from headrace.cdc.envelope import (
     snapshot_markers,
     topic_of,
 )
-from headrace.cdc.errors import CdcConfigError, CdcError, SlotLostError
+from headrace.cdc.errors import CdcConfigError, CdcError, SlotLostError, redact
 from headrace.cdc.values import DECIMAL_MODES, TIME_MODES, TypeCatalog
 
 log = logging.getLogger("headrace.cdc")
+KAFKA_LOG = logging.getLogger("headrace.cdc.librdkafka")
+"""librdkafka's own log (its "Connection refused" retries would flood stderr): silent
+unless a handler is added; what matters reaches the operator as one ``CdcError`` line."""
+KAFKA_LOG.addHandler(logging.NullHandler())
+KAFKA_LOG.propagate = False
 SNAPSHOT_MODES = ("initial", "never", "always", "initial_only")
 READY_PREFIX = "headrace cdc streaming "
 _MAX_PENDING = 20_000
@@ -113,7 +119,7 @@ class Connector:
             raise CdcConfigError(f"--time-precision-mode must be one of {', '.join(TIME_MODES)}")
         self.cfg = config
         self.kafka: dict[str, Any] = {"bootstrap.servers": config.bootstrap_servers,
-                                      **config.client_config}
+                                      "logger": KAFKA_LOG, **config.client_config}
         self.tables: dict[int, Table] = {}
         self.types: TypeCatalog = {}
         self.offsets = Offsets()
@@ -132,12 +138,20 @@ class Connector:
         admin = AdminClient({"log_level": 4, **self.kafka})
         wanted = [NewTopic(topic_of(self.cfg.topic_prefix, t), 1) for t in tables]
         wanted.append(NewTopic(self.cfg.offsets_topic, 1, config={"cleanup.policy": "compact"}))
-        for topic, future in admin.create_topics(wanted).items():
+        deadline = time.monotonic() + self.cfg.timeout_s
+        for topic, future in admin.create_topics(
+                wanted, request_timeout=self.cfg.timeout_s).items():
             try:
-                future.result(self.cfg.timeout_s)
+                future.result(max(0.1, deadline - time.monotonic()))
             except KafkaException as e:
                 if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                     raise CdcError(f"cannot create {topic}: {e.args[0].str()}") from e
+            except concurrent.futures.TimeoutError as e:
+                raise self._unreachable() from e
+
+    def _unreachable(self) -> CdcError:
+        return CdcError(f"cannot reach the Kafka brokers at {self.cfg.bootstrap_servers} "
+                        f"within {self.cfg.timeout_s:g} s (--timeout-seconds)")
 
     def _read_offsets(self) -> Offsets:
         doc = self._last_offsets_record()
@@ -224,7 +238,13 @@ class Connector:
             self.producer = Producer({**self.kafka, "transactional.id":
                                       f"headrace-cdc-{self.cfg.slot}", "acks": "all",
                                       "enable.idempotence": True, "linger.ms": 5})
-            self.producer.init_transactions(self.cfg.timeout_s)
+            try:
+                self.producer.init_transactions(self.cfg.timeout_s)
+            except KafkaException as e:
+                if e.args[0].code() == KafkaError._TIMED_OUT:
+                    raise self._unreachable() from e
+                raise CdcError(f"cannot start the transactional producer: "
+                               f"{e.args[0].str()}") from e
             self.offsets = self._read_offsets()
             start = self._prepare_slot(db, tables)
             if start is None:
@@ -238,7 +258,7 @@ class Connector:
             conn = psycopg2.connect(self.cfg.dsn,
                                     connection_factory=psycopg2.extras.LogicalReplicationConnection)
         except psycopg2.Error as e:
-            raise CdcConfigError(f"no replication connection: {str(e).strip()}") from e
+            raise CdcConfigError(f"no replication connection: {redact(str(e).strip())}") from e
         return conn
 
     def _prepare_slot(self, db: Any, tables: list[Table]) -> int | None:

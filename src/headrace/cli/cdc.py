@@ -45,6 +45,9 @@ def postgres_command(
     schema_registry: Annotated[str, typer.Option(
         help="Write keys and values as Avro through this schema registry URL "
              "(default: JSON).")] = "",
+    timeout_s: Annotated[float, typer.Option(
+        "--timeout-seconds", min=0.1,
+        help="How long to wait for the database or the brokers before giving up.")] = 30.0,
 ) -> None:
     """Snapshot the tables, then stream their changes until Ctrl-C (SIGINT) or SIGTERM."""
     from headrace.cdc.connector import READY_PREFIX, CdcConfig, Connector
@@ -64,7 +67,8 @@ def postgres_command(
         signal.signal(sig, lambda *_: stop.set())
     config = CdcConfig(dsn, names, bootstrap_servers, topic_prefix, snapshot, slot, publication,
                        heartbeat_s, decimal_handling, schema_registry_url=schema_registry,
-                       client_config=client_settings(), time_precision_mode=time_precision)
+                       client_config=client_settings(), time_precision_mode=time_precision,
+                       timeout_s=timeout_s)
     Connector(config).run(stop, on_ready=lambda lsn: print(
         f"{READY_PREFIX}from {lsn} ({', '.join(names)} -> {topic_prefix}.*)", flush=True))
 

@@ -50,3 +50,36 @@ def test_unreachable_brokers_are_one_line_after_the_timeout(
         f"error: cannot reach the Kafka brokers at {nowhere} within 3 s (--timeout-seconds)"
     ], done.stderr
     assert SECRET not in done.stderr
+
+
+def _lsn(text: str) -> int:
+    high, low = text.split("/")
+    return (int(high, 16) << 32) | int(low, 16)
+
+
+def test_a_restart_that_finds_nothing_new_confirms_the_slot_at_once(
+        postgres: PostgresServer, broker: EmbeddedBroker, name: str) -> None:
+    """The captured table is idle while another churns: on restart the slot's confirmed
+    position moves to the server's WAL end as soon as the stream has shown nothing is
+    pending, not at the next heartbeat (none comes in this test)."""
+    execute(postgres.dsn, f"CREATE SCHEMA {name}", f"CREATE TABLE {name}.quiet (id int "
+            "PRIMARY KEY)", f"CREATE TABLE {name}.busy (id serial PRIMARY KEY, pad text)")
+    args = (postgres.dsn, f"{name}.quiet", broker.bootstrap_servers, name,
+            "--heartbeat-seconds", "600")
+    with ConnectorProcess(*args):
+        pass
+    execute(postgres.dsn, f"INSERT INTO {name}.busy (pad) SELECT repeat('x', 500) "
+                          "FROM generate_series(1, 2000)")
+    target = _lsn(query(postgres.dsn, "SELECT pg_current_wal_lsn()::text")[0][0])
+
+    def confirmed() -> int:
+        rows = query(postgres.dsn, "SELECT confirmed_flush_lsn::text FROM "
+                                   f"pg_replication_slots WHERE slot_name = '{name}'")
+        return _lsn(rows[0][0])
+
+    assert confirmed() < target
+    with ConnectorProcess(*args):
+        deadline = time.monotonic() + scaled(10)
+        while confirmed() < target:
+            assert time.monotonic() < deadline, "the slot's position did not move"
+            time.sleep(0.1)

@@ -328,6 +328,11 @@ class Connector:
                               options={"proto_version": "1",
                                        "publication_names": self.cfg.publication,
                                        "messages": "true"})
+        # What the log holds is safe to confirm at once (a crash may have come between
+        # a commit and its feedback); the server answers with a keepalive carrying its
+        # decoded WAL end, which ``confirm_idle`` below confirms when nothing is pending.
+        confirmed = max(start_lsn, self.offsets.end_lsn)
+        cur.send_feedback(flush_lsn=confirmed, force=True)
         if on_ready is not None:
             on_ready(pgoutput.lsn_text(start_lsn))
         txn: list[Record] | None = None
@@ -338,6 +343,15 @@ class Connector:
         xid, commit_ts = 0, 0
         last_commit: int | None = None
         last_traffic = time.monotonic()
+
+        def confirm_idle() -> None:
+            """All the server has decoded has reached us (its keepalive's ``wal_end``)
+            and nothing is open or pending: every captured commit before that point is
+            in the log, so the slot may move there without waiting for a heartbeat."""
+            nonlocal confirmed
+            if txn is None and not pending and cur.wal_end > confirmed:
+                confirmed = cur.wal_end
+                cur.send_feedback(flush_lsn=confirmed, force=True)  # not at the next interval
 
         def flush() -> None:
             nonlocal pending
@@ -352,6 +366,7 @@ class Connector:
                 if msg is None:
                     if pending or pending_end > self.offsets.end_lsn:
                         flush()
+                    confirm_idle()
                     if time.monotonic() - last_traffic >= self.cfg.heartbeat_s:
                         postgres.emit_heartbeat(db)
                         last_traffic = time.monotonic()

@@ -83,3 +83,36 @@ def test_a_restart_that_finds_nothing_new_confirms_the_slot_at_once(
         while confirmed() < target:
             assert time.monotonic() < deadline, "the slot's position did not move"
             time.sleep(0.1)
+
+
+def test_status_shows_the_lag_and_warns_when_retained_wal_grows(
+        postgres: PostgresServer, broker: EmbeddedBroker, name: str) -> None:
+    execute(postgres.dsn, f"CREATE SCHEMA {name}", f"CREATE TABLE {name}.t (id int "
+            "PRIMARY KEY)", f"CREATE TABLE {name}.busy (id serial PRIMARY KEY, pad text)")
+    with ConnectorProcess(postgres.dsn, f"{name}.t", broker.bootstrap_servers, name):
+        pass
+    execute(postgres.dsn, f"INSERT INTO {name}.busy (pad) SELECT repeat('x', 500) "
+                          "FROM generate_series(1, 2000)")  # ~1.3 MB of WAL, the slot idle
+    behind = int(query(postgres.dsn, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), "
+                                     "confirmed_flush_lsn) FROM pg_replication_slots "
+                                     f"WHERE slot_name = '{name}'")[0][0])
+    common = ("status", "--dsn", f"{postgres.dsn} password={SECRET}", "--slot", name,
+              "--bootstrap-servers", broker.bootstrap_servers)
+    warned = _cli(*common, "--warn-retained-mb", "1")
+    assert warned.returncode == 2, warned.stderr
+    first = warned.stdout.splitlines()[0]
+    assert f"lag {behind} bytes, " in first and " s (connector not running)" in first
+    lag_s = float(first.split(f"lag {behind} bytes, ")[1].split(" s ")[0])
+    assert 0 < lag_s < scaled(120)
+    assert warned.stderr.strip().splitlines() == [
+        f"warning: slot {name} retains {warned.stderr.split('retains ')[1].split(' MB')[0]} "
+        "MB of WAL (more than --warn-retained-mb 1): the connector is not running"]
+    assert float(warned.stderr.split("retains ")[1].split(" MB")[0]) > 1
+    calm = _cli(*common)  # the default threshold: 1024 MB
+    assert calm.returncode == 0 and calm.stderr == "", calm.stderr
+    assert SECRET not in warned.stdout + warned.stderr + calm.stdout
+    with ConnectorProcess(postgres.dsn, f"{name}.t", broker.bootstrap_servers, name):
+        deadline = time.monotonic() + scaled(10)
+        while "(caught up)" not in (now := _cli(*common)).stdout:
+            assert time.monotonic() < deadline, now.stdout
+    assert "lag 0 bytes, 0.0 s (caught up)" in now.stdout

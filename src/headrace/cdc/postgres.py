@@ -128,17 +128,30 @@ class SlotState:
     confirmed_flush_lsn: str | None = None
     wal_status: str | None = None
     retained_bytes: int | None = None
+    """WAL the server keeps for the slot (from its restart LSN to the server's end)."""
+    lag_bytes: int | None = None
+    """WAL written since the slot's confirmed position."""
+    current_lsn: str | None = None
+    active: bool = False
+    """A connector is streaming from the slot now."""
+    flush_lag_s: float | None = None
+    """The server's measure of how late the connector confirms (``pg_stat_replication``'s
+    ``flush_lag``); None when idle and caught up, or not connected."""
 
 
 def slot_state(conn: Any, slot: str) -> SlotState:
     with conn.cursor() as cur:
-        cur.execute("SELECT confirmed_flush_lsn::text, wal_status, "
-                    "pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint "
-                    "FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+        cur.execute("SELECT s.confirmed_flush_lsn::text, s.wal_status, "
+                    "pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn)::bigint, "
+                    "pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn)::bigint, "
+                    "pg_current_wal_lsn()::text, s.active, "
+                    "extract(epoch FROM r.flush_lag)::float8 "
+                    "FROM pg_replication_slots s LEFT JOIN pg_stat_replication r "
+                    "ON r.pid = s.active_pid WHERE s.slot_name = %s", (slot,))
         row = cur.fetchone()
     if row is None:
         return SlotState(False)
-    return SlotState(True, row[0], row[1], row[2])
+    return SlotState(True, row[0], row[1], row[2], row[3], row[4], bool(row[5]), row[6])
 
 
 def drop_slot(conn: Any, slot: str) -> None:

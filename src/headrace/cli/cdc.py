@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from headrace.cli.terminal import BootstrapServers, ClientConfig, stdout
+from headrace.cli.terminal import BootstrapServers, ClientConfig, print_error, stderr, stdout
 from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS, client_settings
 
 app = typer.Typer(name="cdc", help="Change data capture from PostgreSQL into the log.",
@@ -81,32 +81,52 @@ def status(
     client_config: ClientConfig = None,
     offsets_topic: Annotated[str, typer.Option(help="The connector's offsets topic.")] =
         "__headrace_cdc_offsets",
+    warn_retained_mb: Annotated[float, typer.Option(
+        min=0, help="Warn (exit status 2) when the slot retains more WAL than this.")] = 1024,
 ) -> None:
-    """The slot, its confirmed LSN, the WAL it retains, and how far behind the log is."""
+    """The slot, its lag behind the server (bytes and seconds), the WAL it retains, and
+    what the log holds. Exit status 1: no such slot; 2: the retained WAL passed
+    --warn-retained-mb or the slot is lost."""
     from headrace.cdc import postgres
     from headrace.cdc.connector import CdcConfig, Connector
 
     db = postgres.connect(dsn)
     state = postgres.slot_state(db, slot)
+    db.close()
     if not state.exists:
         stdout.print(f"slot {escape(slot)}: none")
         raise typer.Exit(1)
     offsets = Connector(CdcConfig(dsn, (), bootstrap_servers, slot=slot,
                                   offsets_topic=offsets_topic,
                                   client_config=client_settings()))._last_offsets_record()
-    with db.cursor() as cur:
-        cur.execute("SELECT pg_current_wal_lsn()::text")
-        current = cur.fetchone()[0]
-    lag = "-"
-    if offsets is not None:
-        lag = f"{max(0.0, time.time() - offsets['ts_ms'] / 1000):.1f} s since the last write"
+    since_write = None if offsets is None else max(0.0, time.time() - offsets["ts_ms"] / 1000)
+    lag_s: float | None
+    if not state.lag_bytes:
+        lag_s, how = 0.0, "caught up"
+    elif state.active:
+        lag_s, how = state.flush_lag_s or 0.0, "connector streaming"
+    else:  # nobody confirms: what was committed since the last write waits
+        lag_s, how = since_write, "connector not running"
+    lag = "-" if lag_s is None else f"{lag_s:.1f} s"
     stdout.print(f"slot {escape(slot)}: confirmed {state.confirmed_flush_lsn}, server at "
-                 f"{current}, WAL retained {state.retained_bytes} bytes, status "
-                 f"{state.wal_status}")
+                 f"{state.current_lsn}, lag {state.lag_bytes} bytes, {lag} ({how}), "
+                 f"WAL retained {state.retained_bytes} bytes, status {state.wal_status}")
     if offsets is None:
         stdout.print("log: nothing written yet")
-        return
-    stdout.print(f"log: everything up to LSN {offsets['lsn']}, snapshot "
-                 f"{'done' if offsets['snapshot_done'] else 'not done'}; {lag}")
-    for topic, count in sorted((offsets.get("events") or {}).items()):
-        stdout.print(f"  {escape(topic)}: {count} change events")
+    else:
+        stdout.print(f"log: everything up to LSN {offsets['lsn']}, snapshot "
+                     f"{'done' if offsets['snapshot_done'] else 'not done'}; "
+                     f"{since_write:.1f} s since the last write")
+        for topic, count in sorted((offsets.get("events") or {}).items()):
+            stdout.print(f"  {escape(topic)}: {count} change events")
+    retained_mb = (state.retained_bytes or 0) / 1_000_000
+    if state.wal_status == "lost":
+        print_error(f"slot {slot} is lost (its WAL was removed): re-snapshot with "
+                    "--snapshot always")
+        raise typer.Exit(2)
+    if retained_mb > warn_retained_mb:
+        why = "the connector is not running" if not state.active else "the connector is behind"
+        stderr.print(f"[bold yellow]warning:[/bold yellow] slot {escape(slot)} retains "
+                     f"{retained_mb:.1f} MB of WAL (more than --warn-retained-mb "
+                     f"{warn_retained_mb:g}): {why}", soft_wrap=True)
+        raise typer.Exit(2)

@@ -130,7 +130,7 @@ class Connector:
             from headrace.cdc.avro import AvroEncoder
 
             self.encoder = AvroEncoder(config.schema_registry_url, config.topic_prefix,
-                                       config.decimal_mode)
+                                       config.decimal_mode, config.time_precision_mode)
 
     # -- Kafka side ----------------------------------------------------------------------
 

@@ -47,9 +47,12 @@ from headrace.cdc.values import (
     TIMESTAMP,
     TIMESTAMPTZ,
     TIMETZ,
+    UUID,
     VARBIT,
     TypeCatalog,
 )
+
+JSON, JSONB, XML, TSVECTOR = 114, 3802, 142, 3614
 
 SOURCE = {"type": "record", "name": "Source", "namespace": "io.debezium.connector.postgresql",
           "fields": [
@@ -85,7 +88,13 @@ def _avro_type(oid: int, modifier: int, decimal_mode: str, time_mode: str = "ada
         return {"type": "array", "items": ["null", _avro_type(element, modifier, decimal_mode,
                                                                time_mode, types)]}
     if info is not None:
-        return _named("string", "io.debezium.data.Json") if info.name == "hstore" else "string"
+        named = {"hstore": "Json", "ltree": "Ltree"}.get(info.name)
+        if info.kind == "e":
+            named = "Enum"
+        return _named("string", f"io.debezium.data.{named}") if named else "string"
+    strings = {UUID: "Uuid", JSON: "Json", JSONB: "Json", XML: "Xml", TSVECTOR: "Tsvector"}
+    if oid in strings:
+        return _named("string", f"io.debezium.data.{strings[oid]}")
     simple = {BOOL: "boolean", INT2: "int", INT4: "int", INT8: "long", OID: "long",
               FLOAT4: "float", FLOAT8: "double", BYTEA: "bytes"}
     if oid in simple:

@@ -52,6 +52,27 @@ def test_unreachable_brokers_are_one_line_after_the_timeout(
     assert SECRET not in done.stderr
 
 
+def test_losing_the_database_while_streaming_is_one_line(
+        postgres: PostgresServer, broker: EmbeddedBroker, name: str) -> None:
+    execute(postgres.dsn, f"CREATE SCHEMA {name}", f"CREATE TABLE {name}.t (id int PRIMARY KEY)")
+    connector = ConnectorProcess(f"{postgres.dsn} password={SECRET}", f"{name}.t",
+                                 broker.bootstrap_servers, name).start()
+    try:
+        execute(postgres.dsn, "SELECT pg_terminate_backend(active_pid) FROM "
+                              f"pg_replication_slots WHERE slot_name = '{name}'")
+        assert connector.process is not None
+        assert connector.process.wait(scaled(30)) == 1
+        deadline = time.monotonic() + scaled(10)  # the drain thread reads the last line
+        while not any("error" in line for line in connector.output_lines()):
+            assert time.monotonic() < deadline, connector.output_lines()
+            time.sleep(0.05)
+    finally:
+        connector.stop()
+    output = [line.rstrip("\n") for line in connector.output_lines()
+              if not line.startswith("headrace cdc streaming")]
+    assert output == ["error: PostgreSQL: terminating connection due to administrator command"]
+
+
 def _lsn(text: str) -> int:
     high, low = text.split("/")
     return (int(high, 16) << 32) | int(low, 16)

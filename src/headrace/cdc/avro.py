@@ -170,6 +170,7 @@ class AvroEncoder:
         kinds = {c: _avro_type(oid, mod, self.decimal_mode, self.time_mode, table.catalog)
                  for c, (oid, mod), f in zip(table.columns, table.types, table.converters,
                                              strict=True) if f is not None}
+        key_kinds = dict(kinds)  # the key schema defines its own named types
         defined: set[str] = set()
         kinds = {c: _once(k, defined) for c, k in kinds.items()}
         value_fields = [{"name": c, "type": kinds[c]} if c in table.key and not
@@ -186,8 +187,10 @@ class AvroEncoder:
             {"name": "ts_us", "type": ["null", "long"], "default": None},
             {"name": "ts_ns", "type": ["null", "long"], "default": None},
             {"name": "transaction", "type": ["null", "string"], "default": None}]}
+        key_defined: set[str] = set()
         key_schema = {"type": "record", "name": "Key", "namespace": namespace,
-                      "fields": [{"name": c, "type": kinds[c]} for c in table.key]}
+                      "fields": [{"name": c, "type": _once(key_kinds[c], key_defined)}
+                                 for c in table.key]}
         topic = f"{self.prefix}.{table.schema}.{table.name}"
         key_id = self._register(f"{topic}-key", key_schema)
         value_id = self._register(f"{topic}-value", envelope)

@@ -250,6 +250,9 @@ class Connector:
             if start is None:
                 return
             self._stream(db, start, stop, on_ready)
+        except psycopg2.Error as e:  # the server went away, a backend was terminated...
+            message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise CdcError(f"PostgreSQL: {redact(message)}") from e
         finally:
             db.close()
 

@@ -129,7 +129,7 @@ class Capture:
             self.setup += identity_setup + toast_setup
             self.changes += identity_changes + toast_changes
             self.tables += ["rid_default", "rid_full", "rid_index", "rid_nothing", "toasted"]
-        self.tables.sort()  # Debezium snapshots tables in name order
+        self.tables.sort()  # both snapshot in the order of their list
         self.ours: dict[str, list[Any]] = {}
         self.theirs: dict[str, list[Any]] = {}
         self.log = ""

@@ -361,7 +361,8 @@ class Connector:
             if pending:
                 self._write(pending, pending_end)
                 pending = []
-            cur.send_feedback(flush_lsn=max(pending_end, self.offsets.end_lsn))
+            # forced: psycopg2 would otherwise hold it until its 10 s status interval
+            cur.send_feedback(flush_lsn=max(pending_end, self.offsets.end_lsn), force=True)
 
         try:
             while not stop.is_set():
@@ -396,7 +397,7 @@ class Connector:
                     if not event.transactional:
                         last_commit = msg.data_start
                     if not event.transactional and txn is None and not pending:
-                        cur.send_feedback(flush_lsn=event.lsn)
+                        cur.send_feedback(flush_lsn=event.lsn, force=True)
                 elif isinstance(event, pgoutput.Insert | pgoutput.Update | pgoutput.Delete):
                     if txn is None:
                         raise CdcError("a change outside a transaction")

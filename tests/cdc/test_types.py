@@ -68,6 +68,8 @@ def _differences(topic: str, ours: list[Any], theirs: list[Any]) -> list[str]:
             if our != their:
                 found.append(f"{where} tombstone {our} != {their}")
             continue
+        if sorted(our) != sorted(their):
+            found.append(f"{where} envelope fields {sorted(our)} != {sorted(their)}")
         if our["op"] != their["op"]:
             found.append(f"{where} op {our['op']} != {their['op']}")
             continue

@@ -29,12 +29,20 @@ SOURCE_FIELDS = ("connector", "snapshot", "db", "schema", "table", "xmin", "orig
 
 
 class Debezium:
-    def __init__(self, pg: PostgresServer, table: str, name: str) -> None:
+    """Debezium's embedded engine capturing ``table`` (a comma-separated include list) on
+    slot ``name`` (also its topic prefix); ``props``: more connector properties,
+    ``name=value``. ``more``: further captures (table, name, props) in the same JVM."""
+
+    def __init__(self, pg: PostgresServer, table: str, name: str, *props: str,
+                 more: tuple[tuple[str, str, tuple[str, ...]], ...] = ()) -> None:
         self.events: list[tuple[str, Any, Any]] = []
+        captures: list[str] = [name, table, name, *props]
+        for other_table, other_name, other_props in more:
+            captures += ["--", other_name, other_table, other_name, *other_props]
         self.process = subprocess.Popen(
             [jvm.java_executable(), "-cp", jvm.classpath("debezium"),
              "io.headrace.debezium.DebeziumCapture", pg.host, str(pg.port), "postgres",
-             "postgres", name, table, name],
+             "postgres", *captures],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         threading.Thread(target=self._read, daemon=True).start()
 

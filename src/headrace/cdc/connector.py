@@ -33,6 +33,7 @@ out. Whole source transactions are held in memory until their commit.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import logging
 import select
@@ -48,10 +49,24 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from headrace.cdc import pgoutput, postgres
-from headrace.cdc.envelope import JSON, Encoder, Source, Table, key_only, records, topic_of
-from headrace.cdc.errors import CdcConfigError, CdcError, SlotLostError
+from headrace.cdc.envelope import (
+    JSON,
+    Encoder,
+    Source,
+    Table,
+    records,
+    snapshot_markers,
+    topic_of,
+)
+from headrace.cdc.errors import CdcConfigError, CdcError, SlotLostError, redact
+from headrace.cdc.values import DECIMAL_MODES, TIME_MODES, TypeCatalog
 
 log = logging.getLogger("headrace.cdc")
+KAFKA_LOG = logging.getLogger("headrace.cdc.librdkafka")
+"""librdkafka's own log (its "Connection refused" retries would flood stderr): silent
+unless a handler is added; what matters reaches the operator as one ``CdcError`` line."""
+KAFKA_LOG.addHandler(logging.NullHandler())
+KAFKA_LOG.propagate = False
 SNAPSHOT_MODES = ("initial", "never", "always", "initial_only")
 READY_PREFIX = "headrace cdc streaming "
 _MAX_PENDING = 20_000
@@ -77,6 +92,9 @@ class CdcConfig:
     timeout_s: float = 30.0
     schema_registry_url: str = ""
     """Set: keys and values are Avro through this registry (``avro.py``), else JSON."""
+    time_precision_mode: str = "adaptive"
+    """Debezium's ``time.precision.mode``: adaptive or connect (``decimal_mode`` is its
+    ``decimal.handling.mode``)."""
 
 
 @dataclass
@@ -94,10 +112,16 @@ class Connector:
     def __init__(self, config: CdcConfig) -> None:
         if config.snapshot not in SNAPSHOT_MODES:
             raise CdcConfigError(f"--snapshot must be one of {', '.join(SNAPSHOT_MODES)}")
+        if config.decimal_mode not in DECIMAL_MODES:
+            raise CdcConfigError("--decimal-handling-mode must be one of "
+                                 f"{', '.join(DECIMAL_MODES)}")
+        if config.time_precision_mode not in TIME_MODES:
+            raise CdcConfigError(f"--time-precision-mode must be one of {', '.join(TIME_MODES)}")
         self.cfg = config
         self.kafka: dict[str, Any] = {"bootstrap.servers": config.bootstrap_servers,
-                                      **config.client_config}
+                                      "logger": KAFKA_LOG, **config.client_config}
         self.tables: dict[int, Table] = {}
+        self.types: TypeCatalog = {}
         self.offsets = Offsets()
         self.producer: Producer | None = None
         self.db_name = ""
@@ -106,7 +130,7 @@ class Connector:
             from headrace.cdc.avro import AvroEncoder
 
             self.encoder = AvroEncoder(config.schema_registry_url, config.topic_prefix,
-                                       config.decimal_mode)
+                                       config.decimal_mode, config.time_precision_mode)
 
     # -- Kafka side ----------------------------------------------------------------------
 
@@ -114,12 +138,20 @@ class Connector:
         admin = AdminClient({"log_level": 4, **self.kafka})
         wanted = [NewTopic(topic_of(self.cfg.topic_prefix, t), 1) for t in tables]
         wanted.append(NewTopic(self.cfg.offsets_topic, 1, config={"cleanup.policy": "compact"}))
-        for topic, future in admin.create_topics(wanted).items():
+        deadline = time.monotonic() + self.cfg.timeout_s
+        for topic, future in admin.create_topics(
+                wanted, request_timeout=self.cfg.timeout_s).items():
             try:
-                future.result(self.cfg.timeout_s)
+                future.result(max(0.1, deadline - time.monotonic()))
             except KafkaException as e:
                 if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                     raise CdcError(f"cannot create {topic}: {e.args[0].str()}") from e
+            except concurrent.futures.TimeoutError as e:
+                raise self._unreachable() from e
+
+    def _unreachable(self) -> CdcError:
+        return CdcError(f"cannot reach the Kafka brokers at {self.cfg.bootstrap_servers} "
+                        f"within {self.cfg.timeout_s:g} s (--timeout-seconds)")
 
     def _read_offsets(self) -> Offsets:
         doc = self._last_offsets_record()
@@ -194,21 +226,33 @@ class Connector:
             on_ready: Callable[[str], None] | None = None) -> None:
         """Snapshot (as configured) and stream until ``stop``. Blocks."""
         stop = stop or threading.Event()
-        db = postgres.connect(self.cfg.dsn)
+        db = postgres.connect(self.cfg.dsn, self.cfg.timeout_s)
         try:
             self.db_name = postgres.check_server(db)
-            tables = [postgres.table_info(db, q, self.cfg.decimal_mode) for q in self.cfg.tables]
+            self.types = postgres.type_catalog(db)
+            tables = [postgres.table_info(db, q, self.cfg.decimal_mode,
+                                          self.cfg.time_precision_mode, self.types)
+                      for q in self.cfg.tables]
             postgres.ensure_publication(db, self.cfg.publication, tables)
             self._ensure_topics(tables)
             self.producer = Producer({**self.kafka, "transactional.id":
                                       f"headrace-cdc-{self.cfg.slot}", "acks": "all",
                                       "enable.idempotence": True, "linger.ms": 5})
-            self.producer.init_transactions(self.cfg.timeout_s)
+            try:
+                self.producer.init_transactions(self.cfg.timeout_s)
+            except KafkaException as e:
+                if e.args[0].code() == KafkaError._TIMED_OUT:
+                    raise self._unreachable() from e
+                raise CdcError(f"cannot start the transactional producer: "
+                               f"{e.args[0].str()}") from e
             self.offsets = self._read_offsets()
             start = self._prepare_slot(db, tables)
             if start is None:
                 return
             self._stream(db, start, stop, on_ready)
+        except psycopg2.Error as e:  # the server went away, a backend was terminated...
+            message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise CdcError(f"PostgreSQL: {redact(message)}") from e
         finally:
             db.close()
 
@@ -217,7 +261,7 @@ class Connector:
             conn = psycopg2.connect(self.cfg.dsn,
                                     connection_factory=psycopg2.extras.LogicalReplicationConnection)
         except psycopg2.Error as e:
-            raise CdcConfigError(f"no replication connection: {str(e).strip()}") from e
+            raise CdcConfigError(f"no replication connection: {redact(str(e).strip())}") from e
         return conn
 
     def _prepare_slot(self, db: Any, tables: list[Table]) -> int | None:
@@ -263,12 +307,16 @@ class Connector:
     def _snapshot(self, snapshot_name: str, tables: list[Table], lsn: int) -> None:
         now = time.time_ns() // 1000
         batch: list[Record] = []
-        rows = list(postgres.read_snapshot(self.cfg.dsn, snapshot_name, tables))
-        for i, (table, values) in enumerate(rows):
-            flag = "last" if i == len(rows) - 1 else "true"
-            source = Source(self.cfg.topic_prefix, self.db_name, lsn, None, now, flag)
-            for key, value in records(table, "r", None, table.row(values), source,
-                                      self.encoder):
+        read = postgres.read_snapshot(self.cfg.dsn, snapshot_name, tables)
+        tx_id = next(read)
+        assert isinstance(tx_id, int)
+        rows = [r for r in read if not isinstance(r, int)]
+        counts = [sum(1 for t, _ in rows if t is table) for table in tables]
+        marks = [m for per_table in snapshot_markers(counts) for m in per_table]
+        for (table, values), flag in zip(rows, marks, strict=True):
+            source = Source(self.cfg.topic_prefix, self.db_name, lsn, tx_id, now, flag)
+            for key, value in records(table, "r", None, table.row(values, snapshot=True),
+                                      source, self.encoder):
                 batch.append((topic_of(self.cfg.topic_prefix, table), key, value))
         self.offsets.events = {}  # a new snapshot starts the counts afresh
         self._write(batch, lsn)
@@ -283,20 +331,38 @@ class Connector:
                               options={"proto_version": "1",
                                        "publication_names": self.cfg.publication,
                                        "messages": "true"})
+        # What the log holds is safe to confirm at once (a crash may have come between
+        # a commit and its feedback); the server answers with a keepalive carrying its
+        # decoded WAL end, which ``confirm_idle`` below confirms when nothing is pending.
+        confirmed = max(start_lsn, self.offsets.end_lsn)
+        cur.send_feedback(flush_lsn=confirmed, force=True)
         if on_ready is not None:
             on_ready(pgoutput.lsn_text(start_lsn))
         txn: list[Record] | None = None
         pending: list[Record] = []  # committed source transactions not yet in the log
         pending_end, pending_since = 0, 0.0
-        xid, commit_ts, last_commit = 0, 0, None
+        # Debezium's source.sequence starts with the end of the last transaction before
+        # (or a heartbeat's position; null when nothing came before)
+        xid, commit_ts = 0, 0
+        last_commit: int | None = None
         last_traffic = time.monotonic()
+
+        def confirm_idle() -> None:
+            """All the server has decoded has reached us (its keepalive's ``wal_end``)
+            and nothing is open or pending: every captured commit before that point is
+            in the log, so the slot may move there without waiting for a heartbeat."""
+            nonlocal confirmed
+            if txn is None and not pending and cur.wal_end > confirmed:
+                confirmed = cur.wal_end
+                cur.send_feedback(flush_lsn=confirmed, force=True)  # not at the next interval
 
         def flush() -> None:
             nonlocal pending
             if pending:
                 self._write(pending, pending_end)
                 pending = []
-            cur.send_feedback(flush_lsn=max(pending_end, self.offsets.end_lsn))
+            # forced: psycopg2 would otherwise hold it until its 10 s status interval
+            cur.send_feedback(flush_lsn=max(pending_end, self.offsets.end_lsn), force=True)
 
         try:
             while not stop.is_set():
@@ -304,6 +370,7 @@ class Connector:
                 if msg is None:
                     if pending or pending_end > self.offsets.end_lsn:
                         flush()
+                    confirm_idle()
                     if time.monotonic() - last_traffic >= self.cfg.heartbeat_s:
                         postgres.emit_heartbeat(db)
                         last_traffic = time.monotonic()
@@ -312,7 +379,7 @@ class Connector:
                 last_traffic = time.monotonic()
                 event = pgoutput.decode(msg.payload)
                 if isinstance(event, pgoutput.Relation):
-                    self.tables[event.oid] = Table.from_relation(event, self.cfg.decimal_mode)
+                    self.tables[event.oid] = self._relation(db, event)
                 elif isinstance(event, pgoutput.Begin):
                     txn, xid, commit_ts = [], event.xid, event.commit_ts_us
                 elif isinstance(event, pgoutput.Commit):
@@ -321,14 +388,16 @@ class Connector:
                             pending_since = time.monotonic()
                         pending.extend(txn)
                     pending_end = max(pending_end, event.end_lsn)
-                    last_commit = event.commit_lsn
+                    last_commit = event.end_lsn
                     txn = None
                     if len(pending) >= _MAX_PENDING or (
                             pending and time.monotonic() - pending_since >= _MAX_PENDING_S):
                         flush()
                 elif isinstance(event, pgoutput.LogicalMessage):
+                    if not event.transactional:
+                        last_commit = msg.data_start
                     if not event.transactional and txn is None and not pending:
-                        cur.send_feedback(flush_lsn=event.lsn)
+                        cur.send_feedback(flush_lsn=event.lsn, force=True)
                 elif isinstance(event, pgoutput.Insert | pgoutput.Update | pgoutput.Delete):
                     if txn is None:
                         raise CdcError("a change outside a transaction")
@@ -337,6 +406,15 @@ class Connector:
                     txn.extend(self._change(event, source))
         finally:
             repl.close()
+
+    def _relation(self, db: Any, rel: pgoutput.Relation) -> Table:
+        """A Relation message's table, with what only the catalog knows (primary key, NOT
+        NULL, defaults, types created since the start)."""
+        self.types = postgres.type_catalog(db)
+        found = postgres.catalog_columns(db, rel.namespace, rel.name)
+        facts = found[3] if found is not None else {}
+        return Table.from_relation(rel, self.cfg.decimal_mode, self.cfg.time_precision_mode,
+                                   self.types, facts)
 
     def _change(self, event: pgoutput.Insert | pgoutput.Update | pgoutput.Delete,
                 source: Source) -> list[Record]:
@@ -353,16 +431,20 @@ class Connector:
                             for n, o in zip(event.new, event.old, strict=True))
             after = table.row(new)
             before = None
-            if event.old is not None and table.full_identity:
-                before = table.row(event.old)
-            elif event.old is not None:  # the key changed: Debezium's delete + create
-                old = key_only(table, table.row(event.old))
-                out = records(table, "d", old, None, source, self.encoder)
+            if event.old is not None:
+                before = table.row(event.old) if table.full_identity else \
+                    table.old_row(event.old)
+            # PostgreSQL logs the old row (but for FULL) only when the replica identity's
+            # columns changed: Debezium then sends a delete and a create, as when the
+            # primary key changes under FULL.
+            if before is not None and (not table.full_identity or any(
+                    before.get(k) != after.get(k) for k in table.key)):
+                out = records(table, "d", before, None, source, self.encoder)
                 out += records(table, "c", None, after, source, self.encoder)
                 return [(topic, k, v) for k, v in out]
             out = records(table, "u", before, after, source, self.encoder)
         else:
-            row = table.row(event.old)
-            before = row if table.full_identity else key_only(table, row)
+            before = table.row(event.old) if table.full_identity else \
+                table.old_row(event.old)
             out = records(table, "d", before, None, source, self.encoder)
         return [(topic, k, v) for k, v in out]

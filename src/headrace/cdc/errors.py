@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
+import re
+
 from headrace.errors import HeadraceError
+
+_SECRET = re.compile(r"""(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s]+)|(://[^:/@\s]+:)([^@\s]+)(@)""",
+                     re.IGNORECASE)
+
+
+def redact(text: str) -> str:
+    """``text`` with every password of a libpq DSN (``password=...``, quoted or not) or
+    URL (``postgresql://user:secret@host``) replaced by ``***``."""
+    return _SECRET.sub(lambda m: f"{m.group(1)}***" if m.group(1) else
+                       f"{m.group(3)}***{m.group(5)}", text)
 
 
 class CdcError(HeadraceError):

@@ -14,19 +14,67 @@ import psycopg2
 import psycopg2.extensions
 import psycopg2.sql as sql
 
-from headrace.cdc.envelope import Table
-from headrace.cdc.errors import CdcConfigError, CdcError
-from headrace.cdc.values import converter
+from headrace.cdc.envelope import CatalogColumn, Table
+from headrace.cdc.errors import CdcConfigError, CdcError, redact
+from headrace.cdc.values import UNKNOWN_TO_DEBEZIUM, TypeCatalog, TypeInfo
 
 
-def connect(dsn: str) -> Any:
-    """An autocommit connection. ``CdcConfigError`` when the database can't be reached."""
+def connect(dsn: str, timeout_s: float = 30.0) -> Any:
+    """An autocommit connection. ``CdcConfigError`` (the DSN's password redacted) when the
+    database can't be reached within ``timeout_s``."""
     try:
-        conn = psycopg2.connect(dsn)
+        conn = psycopg2.connect(dsn, connect_timeout=max(1, round(timeout_s)))
     except psycopg2.Error as e:
-        raise CdcConfigError(f"cannot connect to PostgreSQL ({dsn}): {str(e).strip()}") from e
+        raise CdcConfigError(f"cannot connect to PostgreSQL ({redact(dsn)}): "
+                             f"{_first_line(e)}") from e
     conn.autocommit = True
     return conn
+
+
+def _first_line(error: Exception) -> str:
+    return redact(str(error).strip().splitlines()[0] if str(error).strip() else repr(error))
+
+
+def type_catalog(conn: Any) -> dict[int, TypeInfo]:
+    """The types ``values.converter`` cannot know by oid: enums, domains, ranges, arrays,
+    extension types (hstore, ltree, citext...) and the ones Debezium leaves out."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT t.oid, t.typname, t.typtype, t.typbasetype, t.typtypmod, "
+                    "CASE WHEN t.typcategory = 'A' THEN t.typelem ELSE 0 END FROM pg_type t "
+                    "WHERE t.typtype <> 'b' OR t.oid >= 16384 OR t.typcategory = 'A' "
+                    "OR t.typname = ANY(%s)", (sorted(UNKNOWN_TO_DEBEZIUM),))
+        return {int(r[0]): TypeInfo(r[1], r[2], int(r[3]), int(r[4]), int(r[5]))
+                for r in cur.fetchall()}
+
+
+def catalog_columns(conn: Any, schema: str, name: str
+                    ) -> tuple[int, str, list[tuple[str, int, int, bool]],
+                               dict[str, CatalogColumn]] | None:
+    """A table's oid, replica identity (d, f, i, n), columns (name, type, modifier, in the
+    replica identity) and NOT NULL/DEFAULT/primary key facts; None if it does not exist."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT c.oid, c.relreplident FROM pg_class c JOIN pg_namespace n ON "
+                    "n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s "
+                    "AND c.relkind IN ('r', 'p')", (schema, name))
+        found = cur.fetchone()
+        if found is None:
+            return None
+        oid, identity = found
+        cur.execute("SELECT a.attname, a.atttypid, a.atttypmod, a.attnotnull, "
+                    "pg_get_expr(d.adbin, d.adrelid), "
+                    "COALESCE(a.attnum = ANY(pk.indkey), false), "
+                    "COALESCE(a.attnum = ANY(ri.indkey), false) FROM pg_attribute a "
+                    "LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum "
+                    "LEFT JOIN pg_index pk ON pk.indrelid = a.attrelid AND pk.indisprimary "
+                    "LEFT JOIN pg_index ri ON ri.indrelid = a.attrelid AND ri.indisreplident "
+                    "WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped "
+                    "ORDER BY a.attnum", (oid,))
+        rows = cur.fetchall()
+    in_identity = {"d": 5, "i": 6}.get(identity)
+    columns = [(r[0], int(r[1]), int(r[2]), bool(in_identity and r[in_identity]))
+               for r in rows]
+    facts = {r[0]: CatalogColumn(bool(r[3]), r[4], bool(r[5])) for r in rows}
+    return int(oid), identity, columns, facts
 
 
 def check_server(conn: Any) -> str:
@@ -45,32 +93,23 @@ def check_server(conn: Any) -> str:
         return str(cur.fetchone()[0])
 
 
-def table_info(conn: Any, qualified: str, decimal_mode: str) -> Table:
+def table_info(conn: Any, qualified: str, decimal_mode: str, time_mode: str = "adaptive",
+               types: TypeCatalog | None = None) -> Table:
     """A table's columns and key from the catalog. ``CdcConfigError`` when it is missing
     or has neither a primary key nor REPLICA IDENTITY FULL."""
     schema, _, name = qualified.rpartition(".")
     schema = schema or "public"
-    with conn.cursor() as cur:
-        cur.execute("SELECT c.oid, c.relreplident FROM pg_class c JOIN pg_namespace n ON "
-                    "n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s "
-                    "AND c.relkind IN ('r', 'p')", (schema, name))
-        found = cur.fetchone()
-        if found is None:
-            raise CdcConfigError(f"table {schema}.{name} does not exist")
-        oid, identity = found
-        cur.execute("SELECT a.attname, a.atttypid, a.atttypmod, "
-                    "COALESCE(a.attnum = ANY(i.indkey), false) FROM pg_attribute a "
-                    "LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary "
-                    "WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped "
-                    "ORDER BY a.attnum", (oid,))
-        columns = cur.fetchall()
-    key = tuple(c[0] for c in columns if c[3])
-    if not key and identity != "f":
+    found = catalog_columns(conn, schema, name)
+    if found is None:
+        raise CdcConfigError(f"table {schema}.{name} does not exist")
+    _oid, identity, columns, facts = found
+    if not any(f.primary_key for f in facts.values()) and identity != "f":
         raise CdcConfigError(f"table {schema}.{name} has no primary key: add one, or "
                              "ALTER TABLE ... REPLICA IDENTITY FULL")
-    return Table(schema, name, tuple(c[0] for c in columns), key or tuple(c[0] for c in columns),
-                 identity == "f", tuple(converter(c[1], c[2], decimal_mode) for c in columns),
-                 tuple((c[1], c[2]) for c in columns))
+    if identity == "f":  # what pgoutput's Relation says: every column is logged
+        columns = [(c, oid, mod, True) for c, oid, mod, _ in columns]
+    return Table.build(schema, name, columns, facts, identity == "f", decimal_mode,
+                       time_mode, types)
 
 
 def ensure_publication(conn: Any, name: str, tables: list[Table]) -> None:
@@ -89,17 +128,30 @@ class SlotState:
     confirmed_flush_lsn: str | None = None
     wal_status: str | None = None
     retained_bytes: int | None = None
+    """WAL the server keeps for the slot (from its restart LSN to the server's end)."""
+    lag_bytes: int | None = None
+    """WAL written since the slot's confirmed position."""
+    current_lsn: str | None = None
+    active: bool = False
+    """A connector is streaming from the slot now."""
+    flush_lag_s: float | None = None
+    """The server's measure of how late the connector confirms (``pg_stat_replication``'s
+    ``flush_lag``); None when idle and caught up, or not connected."""
 
 
 def slot_state(conn: Any, slot: str) -> SlotState:
     with conn.cursor() as cur:
-        cur.execute("SELECT confirmed_flush_lsn::text, wal_status, "
-                    "pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint "
-                    "FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+        cur.execute("SELECT s.confirmed_flush_lsn::text, s.wal_status, "
+                    "pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn)::bigint, "
+                    "pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn)::bigint, "
+                    "pg_current_wal_lsn()::text, s.active, "
+                    "extract(epoch FROM r.flush_lag)::float8 "
+                    "FROM pg_replication_slots s LEFT JOIN pg_stat_replication r "
+                    "ON r.pid = s.active_pid WHERE s.slot_name = %s", (slot,))
         row = cur.fetchone()
     if row is None:
         return SlotState(False)
-    return SlotState(True, row[0], row[1], row[2])
+    return SlotState(True, row[0], row[1], row[2], row[3], row[4], bool(row[5]), row[6])
 
 
 def drop_slot(conn: Any, slot: str) -> None:
@@ -115,19 +167,25 @@ def emit_heartbeat(conn: Any) -> None:
         cur.execute("SELECT pg_logical_emit_message(false, 'headrace-heartbeat', '')")
 
 
-def read_snapshot(dsn: str, snapshot_name: str, tables: list[Table],
-                  batch: int = 2000) -> Iterator[tuple[Table, tuple[str | None, ...]]]:
-    """Every row of ``tables`` as of the exported snapshot, in text format (as pgoutput
-    sends values), table by table. Blocks on the database."""
+def read_snapshot(dsn: str, snapshot_name: str, tables: list[Table], batch: int = 2000
+                  ) -> Iterator[tuple[Table, tuple[str | None, ...]] | int]:
+    """First the snapshot transaction's id (Debezium's snapshot ``txId``), then every row
+    of ``tables`` as of the exported snapshot, table by table, each value as its type's
+    output function prints it (as pgoutput sends values: no ``::text``, which would
+    strip a char(n)'s padding). Blocks on the database."""
     conn = psycopg2.connect(dsn)
     try:
         conn.set_session(isolation_level=psycopg2.extensions.ISOLATION_LEVEL_REPEATABLE_READ,
                          readonly=True)
         with conn.cursor() as cur:
             cur.execute("SET TRANSACTION SNAPSHOT %s", (snapshot_name,))
+            cur.execute("SELECT txid_current(), array_agg(oid) FROM pg_type")
+            tx_id, oids = cur.fetchone()
+        raw = psycopg2.extensions.new_type(tuple(oids), "HEADRACE_RAW", lambda v, _cur: v)
+        psycopg2.extensions.register_type(raw, conn)
+        yield int(tx_id)
         for table in tables:
-            columns = sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(c))
-                                         for c in table.columns)
+            columns = sql.SQL(", ").join(sql.Identifier(c) for c in table.columns)
             with conn.cursor(name=f"snapshot_{table.name}") as cur:
                 cur.itersize = batch
                 cur.execute(sql.SQL("SELECT {} FROM {}").format(
@@ -136,6 +194,6 @@ def read_snapshot(dsn: str, snapshot_name: str, tables: list[Table],
                     yield table, tuple(row)
         conn.commit()
     except psycopg2.Error as e:
-        raise CdcError(f"snapshot read failed: {str(e).strip()}") from e
+        raise CdcError(f"snapshot read failed: {_first_line(e)}") from e
     finally:
         conn.close()

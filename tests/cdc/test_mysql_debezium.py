@@ -2,7 +2,10 @@
 MariaDB connector (3.5.0.Final, ``jvm/debezium-mariadb``: the newest Maven Central serves;
 Debezium 3.6's MySQL connector refuses MariaDB) runs in its embedded engine while
 ``headrace cdc mysql`` captures the same table; every event must agree on key, op,
-before, after and every source field but who wrote it and when it ran."""
+before, after and every source field but who wrote it and when it ran. The same Debezium
+JVM runs two more engines with other settings on a second table (decimals and temporal
+columns): ``decimal.handling.mode=string`` with ``time.precision.mode=connect``, and
+``decimal.handling.mode=double``; a ``headrace cdc mysql`` with the same options each."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import subprocess
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from headrace import jvm
@@ -45,6 +49,28 @@ ROWS = (
     "NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "
     "NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
 )
+# The second table: what decimal.handling.mode and time.precision.mode change (TIME within
+# 00:00-24:00, the only range Kafka Connect's Time holds, as time.precision.mode=connect needs)
+MODE_TYPES = ("id int PRIMARY KEY, amount decimal(10,2), neg decimal(5,3), "
+              "big decimal(30,10), whole decimal(5,0), dt datetime(6), dt4 datetime(4), "
+              "dt3 datetime(3), dt0 datetime, dd date, tm time(2), tm6 time(6), tm0 time, "
+              "at timestamp(6) NULL, y year")
+MODE_ROWS = (
+    "(1, 10.50, -1.5, 12345678901234567890.0123456789, -99999, "
+    "'2024-01-02 03:04:05.123456', '2024-01-02 03:04:05.1234', '2024-01-02 03:04:05.5', "
+    "'2024-01-02 03:04:05', '2024-01-02', '01:02:03.45', '23:59:59.999999', '24:00:00', "
+    "'2024-01-02 03:04:05.000001', 2024)",
+    "(2, 0, 0, -0.0000000001, 0, '1969-12-31 23:59:59.999999', '1000-01-01 00:00:00', "
+    "'9999-12-31 23:59:59.999', '1969-12-31 23:59:59', '1000-01-01', '00:00:00', "
+    "'00:00:00.000001', '12:00:00', NULL, 1901)",
+    "(3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
+)
+# (topic-prefix suffix, Debezium properties, our options)
+MODES = (
+    ("s", ("decimal.handling.mode=string", "time.precision.mode=connect"),
+     ("--decimal-handling-mode", "string", "--time-precision-mode", "connect")),
+    ("d", ("decimal.handling.mode=double",), ("--decimal-handling-mode", "double")),
+)
 # Differ by construction: who wrote the event (version, topic prefix) and when each ran
 # (a snapshot's ts_ms is when that connector snapshotted).
 IDENTITY = ("version", "name")
@@ -52,12 +78,17 @@ TIMING = ("ts_ms", "ts_us", "ts_ns")
 
 
 class Debezium:
-    def __init__(self, db: MariaDBServer, database: str, table: str, prefix: str) -> None:
+    def __init__(self, db: MariaDBServer, database: str,
+                 *captures: tuple[str, str, tuple[str, ...]]) -> None:
+        """One engine per capture (topic prefix, table, properties), one JVM."""
         self.events: list[tuple[str, Any, Any]] = []
+        args: list[str] = []
+        for i, (prefix, table, properties) in enumerate(captures):
+            args += [*(["--"] if i else []), prefix, table, str(5402 + i), *properties]
         self.process = subprocess.Popen(
             [jvm.java_executable(), "-cp", jvm.classpath("debezium-mariadb"),
              "io.headrace.debezium.DebeziumMariaDbCapture", db.host, str(db.port), "root",
-             database, prefix, table, "5402"],
+             database, *args],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -90,14 +121,25 @@ def _wait(predicate: Any, what: str, timeout: float = 90.0) -> None:
 
 def test_events_agree_with_debezium(mariadb: MariaDBServer, broker: EmbeddedBroker) -> None:
     name = f"t{uuid.uuid4().hex[:10]}"
-    table = f"{name}.t"
+    table, modes_table = f"{name}.t", f"{name}.m"
     execute(mariadb, f"CREATE DATABASE {name}", f"CREATE TABLE {table} ({TYPES})",
-            f"INSERT INTO {table} VALUES {', '.join(ROWS)}")
-    debezium = Debezium(mariadb, name, table, f"{name}_dbz")
+            f"INSERT INTO {table} VALUES {', '.join(ROWS)}",
+            f"CREATE TABLE {modes_table} ({MODE_TYPES})",
+            f"INSERT INTO {modes_table} VALUES {', '.join(MODE_ROWS)}")
+    debezium = Debezium(mariadb, name, (f"{name}_dbz", table, ()),
+                        *((f"{name}_dbz{s}", modes_table, props) for s, props, _ in MODES))
     topic_theirs = f"{name}_dbz.{table}"
+    modes_topics = [(f"{name}{s}.{modes_table}", f"{name}_dbz{s}.{modes_table}")
+                    for s, _, _ in MODES]
     try:
         _wait(lambda: len(debezium.of(topic_theirs)) >= 3, "Debezium's snapshot")
-        with MySqlConnectorProcess(mariadb.dsn, table, broker.bootstrap_servers, name):
+        with MySqlConnectorProcess(mariadb.dsn, table, broker.bootstrap_servers, name), \
+                MySqlConnectorProcess(mariadb.dsn, modes_table, broker.bootstrap_servers,
+                                      f"{name}{MODES[0][0]}", "--server-id", "5411",
+                                      *MODES[0][2]), \
+                MySqlConnectorProcess(mariadb.dsn, modes_table, broker.bootstrap_servers,
+                                      f"{name}{MODES[1][0]}", "--server-id", "5412",
+                                      *MODES[1][2]):
             execute(mariadb, f"UPDATE {table} SET name = 'ADA', amount = 11, st = 'b', "
                              "tm = '12:00:00.01', b12 = 4095 WHERE id = 1",
                     f"UPDATE {table} SET u = 1, at = '2000-02-29 12:00:00' WHERE id = 2")
@@ -105,38 +147,65 @@ def test_events_agree_with_debezium(mariadb: MariaDBServer, broker: EmbeddedBrok
                     f"DELETE FROM {table} WHERE id = 4")
             execute(mariadb, f"ALTER TABLE {table} ADD COLUMN extra varchar(5) DEFAULT 'x'")
             execute(mariadb, f"UPDATE {table} SET id = 6 WHERE id = 3")
-            expected = 3 + 2 + 3 + 3
+            execute(mariadb, f"UPDATE {modes_table} SET amount = -0.01, big = 0.5, "
+                             "dt = '2000-02-29 12:00:00.000999', tm = '00:00:00.01', "
+                             "tm6 = '10:11:12.345678' WHERE id = 1",
+                    f"INSERT INTO {modes_table} (id, whole, dt4) VALUES "
+                    "(4, 12345, '2024-06-30 23:59:59.9999')",
+                    f"DELETE FROM {modes_table} WHERE id = 2")
+            expected, modes_expected = 3 + 2 + 3 + 3, 3 + 1 + 1 + 2
             _wait(lambda: len(debezium.of(topic_theirs)) >= expected, "Debezium's events")
             _wait(lambda: len(read_topic(broker.bootstrap_servers, f"{name}.{table}"))
                   >= expected, "our events")
+            for ours_topic, theirs_topic in modes_topics:
+                _wait(_enough(debezium.of, theirs_topic, modes_expected),
+                      f"Debezium's {theirs_topic}")
+                _wait(_enough(lambda t: read_topic(broker.bootstrap_servers, t), ours_topic,
+                              modes_expected), f"our {ours_topic}")
             ours = read_topic(broker.bootstrap_servers, f"{name}.{table}")
+            ours_modes = [read_topic(broker.bootstrap_servers, t) for t, _ in modes_topics]
     finally:
         err = debezium.stop()
     theirs = debezium.of(topic_theirs)
     assert len(ours) == len(theirs) == expected, err[-2000:]
-    differences: list[tuple[Any, ...]] = []  # every one, not just the first
+    differences = _differences("default", ours, theirs)
+    for (_, theirs_topic), mine in zip(modes_topics, ours_modes, strict=True):
+        reference = debezium.of(theirs_topic)
+        assert len(mine) == len(reference) == modes_expected, (theirs_topic, err[-2000:])
+        differences += _differences(theirs_topic, mine, reference)
+    assert not differences, "\n".join(map(str, differences))
+
+
+def _enough(read: Callable[[str], list[Any]], topic: str, count: int) -> Callable[[], bool]:
+    return lambda: len(read(topic)) >= count
+
+
+def _differences(what: str, ours: list[tuple[Any, Any]], theirs: list[tuple[Any, Any]]
+                 ) -> list[tuple[Any, ...]]:
+    """Every difference between two topics' events (not just the first)."""
+    differences: list[tuple[Any, ...]] = []
     for i, ((our_key, our_value), (key, value)) in enumerate(zip(ours, theirs, strict=True)):
         if our_key != key:
-            differences.append((i, "key", our_key, key))
+            differences.append((what, i, "key", our_key, key))
         if value is None or our_value is None:
             if value != our_value:
-                differences.append((i, "tombstone", our_value, value))
+                differences.append((what, i, "tombstone", our_value, value))
             continue
         if sorted(our_value) != sorted(value):
-            differences.append((i, "fields", sorted(our_value), sorted(value)))
+            differences.append((what, i, "fields", sorted(our_value), sorted(value)))
         for side in ("op", "transaction"):
             if our_value[side] != value[side]:
-                differences.append((i, side, our_value[side], value[side]))
+                differences.append((what, i, side, our_value[side], value[side]))
         for side in ("before", "after"):
             mine, reference = our_value[side] or {}, value[side] or {}
             for column in sorted(set(mine) | set(reference)):
                 if mine.get(column, "<missing>") != reference.get(column, "<missing>"):
-                    differences.append((i, value["op"], side, column, mine.get(column),
+                    differences.append((what, i, value["op"], side, column, mine.get(column),
                                         reference.get(column, "<missing>")))
         ours_source, source = our_value["source"], value["source"]
         skip = IDENTITY + (TIMING if value["op"] == "r" else ())
         for field in sorted((set(source) | set(ours_source)) - set(skip)):
             if ours_source.get(field) != source.get(field, "<missing>"):
-                differences.append((i, value["op"], "source", field, ours_source.get(field),
-                                    source.get(field, "<missing>")))
-    assert not differences, "\n".join(map(str, differences))
+                differences.append((what, i, value["op"], "source", field,
+                                    ours_source.get(field), source.get(field, "<missing>")))
+    return differences

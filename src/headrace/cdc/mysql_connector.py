@@ -45,6 +45,7 @@ from headrace.cdc.errors import CdcConfigError, CdcError
 from headrace.cdc.mysql import Dsn, Position, Table
 from headrace.cdc.mysql_envelope import Record, Source, records, row, topic_of
 from headrace.cdc.mysql_stream import Capture, stream
+from headrace.cdc.mysql_values import DEFAULT_MODES, Modes
 
 log = logging.getLogger("headrace.cdc")
 
@@ -66,6 +67,8 @@ class MySqlConfig:
     offsets_topic: str = "__headrace_cdc_offsets"
     client_config: dict[str, Any] = field(default_factory=dict)
     timeout_s: float = 30.0
+    modes: Modes = DEFAULT_MODES
+    """Debezium's decimal.handling.mode and time.precision.mode."""
 
 
 @dataclass
@@ -210,7 +213,7 @@ class MySqlConnector:
         assert self.offsets.position is not None
         capture = Capture(self.dsn.settings(), self.cfg.server_id, frozenset(self.wanted),
                           self.cfg.topic_prefix, self.connector_name, mariadb,
-                          self.cfg.heartbeat_s)
+                          self.cfg.heartbeat_s, self.cfg.modes)
         stream(capture, self.offsets.position, self.offsets.gtid, self._write, stop, on_ready)
 
     def _snapshot(self, tables: list[Table], mariadb: bool) -> None:
@@ -226,8 +229,8 @@ class MySqlConnector:
                     "last_in_data_collection" if last_of_table else "true")
             source = Source(self.cfg.topic_prefix, now_ms, 0, position.file, position.pos,
                             flag, connector=self.connector_name)
-            batch += records(self.cfg.topic_prefix, table, "r", None, row(table, values),
-                             source)
+            after = row(table, values, modes=self.cfg.modes)
+            batch += records(self.cfg.topic_prefix, table, "r", None, after, source)
         self.offsets.events = {}  # a new snapshot starts the counts afresh
         self._write(batch, position, gtid)
         log.info("snapshot of %d rows written; streaming from %s:%d", len(read),

@@ -16,7 +16,7 @@ from typing import Any
 
 from headrace import __version__ as headrace_version
 from headrace.cdc.mysql import Table
-from headrace.cdc.mysql_values import convert
+from headrace.cdc.mysql_values import DEFAULT_MODES, Modes, convert
 
 Record = tuple[str, bytes, bytes | None]
 
@@ -50,15 +50,16 @@ def topic_of(prefix: str, table: Table) -> str:
 
 
 def row(table: Table, values: dict[str, Any] | tuple[Any, ...],
-        none_sources: dict[str, str] | None = None) -> dict[str, Any]:
+        none_sources: dict[str, str] | None = None, modes: Modes = DEFAULT_MODES
+        ) -> dict[str, Any]:
     """Debezium's JSON row from column values by name (binlog) or in column order
     (snapshot). ``none_sources``: why a binlog value is None (the binlog reader gives an
     empty SET as None; it is "" to Debezium)."""
     if isinstance(values, tuple):
-        return {c: convert(t, v) for c, t, v in zip(table.columns, table.types, values,
-                                                     strict=True)}
+        return {c: convert(t, v, modes) for c, t, v in zip(table.columns, table.types,
+                                                            values, strict=True)}
     empty = {c for c, why in (none_sources or {}).items() if why == "empty set"}
-    return {c: "" if c in empty else convert(t, values.get(c))
+    return {c: "" if c in empty else convert(t, values.get(c), modes)
             for c, t in zip(table.columns, table.types, strict=True)}
 
 

@@ -36,7 +36,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 from headrace.cdc.errors import CdcError, SlotLostError
 from headrace.cdc.mysql import Position, Table
 from headrace.cdc.mysql_envelope import Record, Source, records, row
-from headrace.cdc.mysql_values import from_binlog
+from headrace.cdc.mysql_values import DEFAULT_MODES, Modes, from_binlog
 
 log = logging.getLogger("headrace.cdc")
 _IDLE_S = 0.05
@@ -71,6 +71,7 @@ class Capture:
     mariadb: bool
     heartbeat_s: float
     """While nothing captured changes, the position is written at most this often."""
+    modes: Modes = DEFAULT_MODES
 
 
 def stream(capture: Capture, start: Position, start_gtid: str | None, write: Write,
@@ -188,7 +189,7 @@ def table_from_binlog(event: Any) -> Table:
 def _changes(capture: Capture, event: Any, file: str, gtid: str | None,
              thread: int | None) -> list[Record]:
     table = table_from_binlog(event)
-    prefix = capture.prefix
+    prefix, modes = capture.prefix, capture.modes
     out: list[Record] = []
     for i, change in enumerate(event.rows):
         source = Source(prefix, int(event.timestamp) * 1000, int(event.packet.server_id),
@@ -196,16 +197,17 @@ def _changes(capture: Capture, event: Any, file: str, gtid: str | None,
                         gtid=gtid, row=i, thread=thread, connector=capture.connector)
         if isinstance(event, WriteRowsEvent):
             out += records(prefix, table, "c", None,
-                           row(table, change["values"], change.get("none_sources")),
+                           row(table, change["values"], change.get("none_sources"), modes),
                            source)
         elif isinstance(event, UpdateRowsEvent):
             out += records(prefix, table, "u",
                            row(table, change["before_values"],
-                               change.get("before_none_sources")),
-                           row(table, change["after_values"], change.get("after_none_sources")),
+                               change.get("before_none_sources"), modes),
+                           row(table, change["after_values"], change.get("after_none_sources"),
+                               modes),
                            source)
         else:
-            before = row(table, change["values"], change.get("none_sources"))
+            before = row(table, change["values"], change.get("none_sources"), modes)
             out += records(prefix, table, "d", before, None, source)
     return out
 

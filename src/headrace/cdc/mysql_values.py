@@ -1,7 +1,6 @@
 """MySQL/MariaDB column values as Debezium's MySQL connector writes them (JSON converter,
-default settings: ``decimal.handling.mode=precise``, ``time.precision.mode=
-adaptive_time_microseconds``, ``bigint.unsigned.handling.mode=long``,
-``binary.handling.mode=bytes``).
+``bigint.unsigned.handling.mode=long``, ``binary.handling.mode=bytes``; ``Modes`` holds
+``decimal.handling.mode`` and ``time.precision.mode``).
 
 A column's type (``ColumnType``) comes from two places: ``information_schema.COLUMNS``
 for the snapshot (``from_catalog``) and each binlog TABLE_MAP event's metadata for the
@@ -21,15 +20,47 @@ from dataclasses import dataclass
 from decimal import Decimal, localcontext
 from typing import Any
 
-from headrace.cdc.errors import CdcConfigError
+from headrace.cdc.errors import CdcConfigError, CdcError
 
 _EPOCH = dt.datetime(1970, 1, 1)
 _EPOCH_DATE = dt.date(1970, 1, 1)
 _INTS = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint"}
 _TEXT = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext"}
 _BYTES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
+DECIMAL_MODES = ("precise", "double", "string")
+TIME_MODES = ("adaptive_time_microseconds", "connect")
+"""Debezium's MySQL connector rejects ``adaptive`` ("no longer supported"); so do we."""
 KINDS = ("int", "decimal", "float", "double", "bit", "date", "time", "datetime", "timestamp",
          "year", "string", "bytes", "enum", "set", "json")
+
+
+@dataclass(frozen=True)
+class Modes:
+    """Debezium's ``decimal.handling.mode`` and ``time.precision.mode``.
+
+    decimal: ``precise`` (base64 of the unscaled value, the column's scale), ``double``
+    (a JSON number, rounded to the nearest double) or ``string`` (the plain decimal text
+    at the column's scale, e.g. ``"10.50"``). time: ``adaptive_time_microseconds``
+    (DATETIME(0-3) in milliseconds, DATETIME(4-6) in microseconds, TIME always in
+    microseconds) or ``connect`` (Kafka Connect's Time and Timestamp: milliseconds;
+    a TIME outside 00:00:00-24:00:00 cannot be written, as in Debezium: ``CdcError``).
+    DATE is days and TIMESTAMP an ISO-8601 UTC string in both."""
+
+    decimal: str = "precise"
+    time: str = "adaptive_time_microseconds"
+
+    def __post_init__(self) -> None:
+        if self.decimal not in DECIMAL_MODES:
+            raise CdcConfigError(f"decimal handling mode {self.decimal!r}: one of "
+                                 f"{', '.join(DECIMAL_MODES)}")
+        if self.time not in TIME_MODES:
+            hint = (" (Debezium's MySQL connector no longer supports 'adaptive')"
+                    if self.time == "adaptive" else "")
+            raise CdcConfigError(f"time precision mode {self.time!r}: one of "
+                                 f"{', '.join(TIME_MODES)}{hint}")
+
+
+DEFAULT_MODES = Modes()
 
 
 @dataclass(frozen=True)
@@ -154,8 +185,8 @@ def _streamed(kind: str, unsigned: bool = False, bits: int = 0, fsp: int = 0, sc
     return ColumnType(kind, unsigned, bits, fsp, scale, values, length, streamed=True)
 
 
-def convert(col: ColumnType, value: Any) -> Any:
-    """The JSON value Debezium writes for ``value`` (None stays None)."""
+def convert(col: ColumnType, value: Any, modes: Modes = DEFAULT_MODES) -> Any:
+    """The JSON value Debezium writes for ``value`` (None stays None) in ``modes``."""
     if value is None:
         return None
     kind = col.kind
@@ -167,6 +198,10 @@ def convert(col: ColumnType, value: Any) -> Any:
             ctx.prec = 100  # DECIMAL has 65 digits at most: no rounding here
             d = Decimal(value).quantize(Decimal(1).scaleb(-col.scale))
             unscaled = int(d.scaleb(col.scale))
+        if modes.decimal == "double":
+            return float(d)
+        if modes.decimal == "string":
+            return f"{d:f}"  # BigDecimal.toPlainString: no exponent, the column's scale
         size = (unscaled + (unscaled < 0)).bit_length() // 8 + 1  # BigInteger.toByteArray
         return base64.b64encode(unscaled.to_bytes(size, "big", signed=True)).decode()
     if kind == "float":
@@ -181,10 +216,16 @@ def convert(col: ColumnType, value: Any) -> Any:
     if kind == "date":
         return (value - _EPOCH_DATE).days
     if kind == "time":
+        if modes.time == "connect":
+            if value < dt.timedelta(0) or value > dt.timedelta(days=1):
+                raise CdcError(f"TIME value {_time_text(value)} is outside 00:00:00-24:00:00: "
+                               "time.precision.mode connect cannot represent it (use "
+                               "adaptive_time_microseconds)")
+            return _micros(value) // 1000
         return _micros(value)
     if kind == "datetime":
         micros = _micros(value - _EPOCH)
-        return micros // 1000 if col.fsp <= 3 else micros
+        return micros // 1000 if col.fsp <= 3 or modes.time == "connect" else micros
     if kind == "timestamp":
         # Debezium: from the binlog, the column's fsp digits; from the snapshot, Java's ISO
         # format (the fraction without trailing zeros, none when zero)
@@ -215,6 +256,15 @@ def _text_keys(value: Any) -> Any:
     if isinstance(value, list):
         return [_text_keys(v) for v in value]
     return value
+
+
+def _time_text(delta: dt.timedelta) -> str:
+    """As MySQL writes a TIME: -01:02:03.500000."""
+    micros = _micros(delta)
+    sign, micros = ("-" if micros < 0 else ""), abs(micros)
+    seconds, fraction = divmod(micros, 1_000_000)
+    text = f"{sign}{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+    return text + (f".{fraction:06d}" if fraction else "")
 
 
 def _micros(delta: dt.timedelta) -> int:

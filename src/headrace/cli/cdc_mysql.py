@@ -32,6 +32,15 @@ def mysql_command(
     heartbeat_s: Annotated[float, typer.Option("--heartbeat-seconds", min=0.1,
                                                help="How often the binlog position is recorded while the captured tables are idle.")] =
         1.0,
+    decimal_handling: Annotated[str, typer.Option(
+        "--decimal-handling-mode", "--decimal-handling",
+        help="Debezium's decimal.handling.mode: DECIMAL as precise (the default: base64 of "
+             "the unscaled value), string or double.")] = "precise",
+    time_precision: Annotated[str, typer.Option(
+        "--time-precision-mode",
+        help="Debezium's time.precision.mode for MySQL: adaptive_time_microseconds (the "
+             "default: DATETIME's precision decides milli- or microseconds, TIME in "
+             "microseconds) or connect (milliseconds).")] = "adaptive_time_microseconds",
     timeout_s: Annotated[float, typer.Option("--timeout-seconds", min=0.1,
                                              help="How long a Kafka operation may take "
                                                   "(an unreachable broker: an error after "
@@ -40,6 +49,16 @@ def mysql_command(
     """Snapshot MySQL/MariaDB tables, then stream their binlog changes until SIGINT/SIGTERM."""
     from headrace.cdc.connector import READY_PREFIX
     from headrace.cdc.mysql_connector import MySqlConfig, MySqlConnector
+    from headrace.cdc.mysql_values import DECIMAL_MODES, TIME_MODES, Modes
+
+    if decimal_handling not in DECIMAL_MODES:
+        raise typer.BadParameter(f"one of {', '.join(DECIMAL_MODES)}",
+                                 param_hint="'--decimal-handling-mode'")
+    if time_precision not in TIME_MODES:
+        hint = (" (Debezium's MySQL connector no longer supports adaptive)"
+                if time_precision == "adaptive" else "")
+        raise typer.BadParameter(f"one of {', '.join(TIME_MODES)}{hint}",
+                                 param_hint="'--time-precision-mode'")
 
     names = tuple(t.strip() for t in tables.split(",") if t.strip())
     if not names:
@@ -49,7 +68,7 @@ def mysql_command(
         signal.signal(sig, lambda *_: stop.set())
     config = MySqlConfig(dsn, names, bootstrap_servers, topic_prefix, snapshot, name,
                          server_id, heartbeat_s, client_config=client_settings(),
-                         timeout_s=timeout_s)
+                         timeout_s=timeout_s, modes=Modes(decimal_handling, time_precision))
     MySqlConnector(config).run(stop, on_ready=lambda position: print(
         f"{READY_PREFIX}from {position} ({', '.join(names)} -> {topic_prefix}.*)",
         flush=True))

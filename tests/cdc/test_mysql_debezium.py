@@ -5,7 +5,12 @@ Debezium 3.6's MySQL connector refuses MariaDB) runs in its embedded engine whil
 before, after and every source field but who wrote it and when it ran. The same Debezium
 JVM runs two more engines with other settings on a second table (decimals and temporal
 columns): ``decimal.handling.mode=string`` with ``time.precision.mode=connect``, and
-``decimal.handling.mode=double``; a ``headrace cdc mysql`` with the same options each."""
+``decimal.handling.mode=double``; a ``headrace cdc mysql`` with the same options each.
+A fourth engine writes the first table with the JSON converter's schemas, against our
+Avro through ``headrace registry`` (as ``test_types.py`` does for PostgreSQL: no Kafka
+Connect Avro converter is on Maven Central): the decoded values against the JSON
+payloads, each column's registered Avro type and ``connect.name`` against the Connect
+schema as Confluent's AvroConverter would write it."""
 
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ from headrace import jvm
 from headrace.testing import EmbeddedBroker, MariaDBServer, scaled
 from tests.cdc.mysql_support import MySqlConnectorProcess, execute, mariadb
 from tests.cdc.support import read_topic
+from tests.cdc.test_types import CONNECT_TO_AVRO, avro_topic
 
 __all__ = ["mariadb"]  # the module's MariaDB fixture
 
@@ -119,7 +125,8 @@ def _wait(predicate: Any, what: str, timeout: float = 90.0) -> None:
         time.sleep(0.3)
 
 
-def test_events_agree_with_debezium(mariadb: MariaDBServer, broker: EmbeddedBroker) -> None:
+def test_events_agree_with_debezium(mariadb: MariaDBServer, broker: EmbeddedBroker,
+                                    registry: Any) -> None:
     name = f"t{uuid.uuid4().hex[:10]}"
     table, modes_table = f"{name}.t", f"{name}.m"
     execute(mariadb, f"CREATE DATABASE {name}", f"CREATE TABLE {table} ({TYPES})",
@@ -127,7 +134,10 @@ def test_events_agree_with_debezium(mariadb: MariaDBServer, broker: EmbeddedBrok
             f"CREATE TABLE {modes_table} ({MODE_TYPES})",
             f"INSERT INTO {modes_table} VALUES {', '.join(MODE_ROWS)}")
     debezium = Debezium(mariadb, name, (f"{name}_dbz", table, ()),
-                        *((f"{name}_dbz{s}", modes_table, props) for s, props, _ in MODES))
+                        *((f"{name}_dbz{s}", modes_table, props) for s, props, _ in MODES),
+                        (f"{name}_dbza", table, ("key.converter.schemas.enable=true",
+                                                 "value.converter.schemas.enable=true")))
+    topic_avro, topic_theirs_avro = f"{name}a.{table}", f"{name}_dbza.{table}"
     topic_theirs = f"{name}_dbz.{table}"
     modes_topics = [(f"{name}{s}.{modes_table}", f"{name}_dbz{s}.{modes_table}")
                     for s, _, _ in MODES]
@@ -139,7 +149,10 @@ def test_events_agree_with_debezium(mariadb: MariaDBServer, broker: EmbeddedBrok
                                       *MODES[0][2]), \
                 MySqlConnectorProcess(mariadb.dsn, modes_table, broker.bootstrap_servers,
                                       f"{name}{MODES[1][0]}", "--server-id", "5412",
-                                      *MODES[1][2]):
+                                      *MODES[1][2]), \
+                MySqlConnectorProcess(mariadb.dsn, table, broker.bootstrap_servers,
+                                      f"{name}a", "--server-id", "5413",
+                                      "--schema-registry", registry.url):
             execute(mariadb, f"UPDATE {table} SET name = 'ADA', amount = 11, st = 'b', "
                              "tm = '12:00:00.01', b12 = 4095 WHERE id = 1",
                     f"UPDATE {table} SET u = 1, at = '2000-02-29 12:00:00' WHERE id = 2")
@@ -162,7 +175,12 @@ def test_events_agree_with_debezium(mariadb: MariaDBServer, broker: EmbeddedBrok
                       f"Debezium's {theirs_topic}")
                 _wait(_enough(lambda t: read_topic(broker.bootstrap_servers, t), ours_topic,
                               modes_expected), f"our {ours_topic}")
+            _wait(_enough(debezium.of, topic_theirs_avro, expected), "Debezium's schemas")
+            schemas: dict[str, Any] = {}
+            _wait(_enough(lambda t: avro_topic(broker.bootstrap_servers, t, registry.url,
+                                               schemas), topic_avro, expected), "our Avro")
             ours = read_topic(broker.bootstrap_servers, f"{name}.{table}")
+            ours_avro = avro_topic(broker.bootstrap_servers, topic_avro, registry.url, schemas)
             ours_modes = [read_topic(broker.bootstrap_servers, t) for t, _ in modes_topics]
     finally:
         err = debezium.stop()
@@ -173,7 +191,36 @@ def test_events_agree_with_debezium(mariadb: MariaDBServer, broker: EmbeddedBrok
         reference = debezium.of(theirs_topic)
         assert len(mine) == len(reference) == modes_expected, (theirs_topic, err[-2000:])
         differences += _differences(theirs_topic, mine, reference)
+    with_schemas = debezium.of(topic_theirs_avro)
+    differences += _differences("avro", ours_avro, [(k["payload"], v and v["payload"])
+                                                    for k, v in with_schemas])
+    differences += _schema_differences(schemas[topic_avro],
+                                       next(v["schema"] for _, v in with_schemas if v))
     assert not differences, "\n".join(map(str, differences))
+
+
+def _schema_differences(ours: dict[str, Any], connect: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """Each column's Avro type (ours, the first registered version) against the Connect
+    schema of Debezium's JSON converter, as Confluent's AvroConverter would write it."""
+    found: list[tuple[Any, ...]] = []
+    row = next(f for f in ours["fields"] if f["name"] == "before")["type"][1]
+    our_fields = {f["name"]: f["type"] for f in row["fields"]}
+    after = next(f for f in connect["fields"] if f["field"] == "after")
+    for field in after["fields"]:
+        column, kind = field["field"], our_fields.get(field["field"])
+        if isinstance(kind, list):
+            kind = kind[1]
+        base = kind.get("type") if isinstance(kind, dict) else kind
+        expected = CONNECT_TO_AVRO[field["type"]]
+        if base != expected:
+            found.append(("schema", column, base, expected, field))
+        name = kind.get("connect.name") if isinstance(kind, dict) else None
+        if name != field.get("name"):
+            found.append(("schema name", column, name, field.get("name")))
+    extra = set(our_fields) - {f["field"] for f in after["fields"]}
+    if extra:
+        found.append(("columns Debezium leaves out", sorted(extra)))
+    return found
 
 
 def _enough(read: Callable[[str], list[Any]], topic: str, count: int) -> Callable[[], bool]:

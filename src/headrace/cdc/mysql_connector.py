@@ -43,7 +43,8 @@ from headrace.cdc import mysql
 from headrace.cdc.connector import SNAPSHOT_MODES, CdcConfig, Connector
 from headrace.cdc.errors import CdcConfigError, CdcError
 from headrace.cdc.mysql import Dsn, Position, Table
-from headrace.cdc.mysql_envelope import Record, Source, records, row, topic_of
+from headrace.cdc.mysql_avro import MySqlAvroEncoder
+from headrace.cdc.mysql_envelope import Encode, Record, Source, records, row, topic_of
 from headrace.cdc.mysql_stream import Capture, stream
 from headrace.cdc.mysql_values import DEFAULT_MODES, Modes
 
@@ -69,6 +70,9 @@ class MySqlConfig:
     timeout_s: float = 30.0
     modes: Modes = DEFAULT_MODES
     """Debezium's decimal.handling.mode and time.precision.mode."""
+    schema_registry_url: str = ""
+    """Keys and values as Avro through this registry (Confluent's wire format); JSON
+    when empty."""
 
 
 @dataclass
@@ -93,6 +97,7 @@ class MySqlConnector:
         self.producer: Producer | None = None
         self.connector_name = "mysql"
         self.server_id = 0
+        self.encode: Encode | None = None
         self.wanted: set[tuple[str, str]] = set()
         for qualified in config.tables:
             db, _, table = qualified.rpartition(".")
@@ -184,6 +189,10 @@ class MySqlConnector:
             mariadb = mysql.check_server(db)
             self.connector_name = "mariadb" if mariadb else "mysql"
             self.server_id = mysql.server_id(db)
+            if self.cfg.schema_registry_url:
+                self.encode = MySqlAvroEncoder(self.cfg.schema_registry_url,
+                                               self.cfg.topic_prefix, self.connector_name,
+                                               self.cfg.modes).encode
             tables = [mysql.table_info(db, d, t) for d, t in sorted(self.wanted)]
         finally:
             db.close()
@@ -213,7 +222,7 @@ class MySqlConnector:
         assert self.offsets.position is not None
         capture = Capture(self.dsn.settings(), self.cfg.server_id, frozenset(self.wanted),
                           self.cfg.topic_prefix, self.connector_name, mariadb,
-                          self.cfg.heartbeat_s, self.cfg.modes)
+                          self.cfg.heartbeat_s, self.cfg.modes, self.encode)
         stream(capture, self.offsets.position, self.offsets.gtid, self._write, stop, on_ready)
 
     def _snapshot(self, tables: list[Table], mariadb: bool) -> None:
@@ -230,7 +239,8 @@ class MySqlConnector:
             source = Source(self.cfg.topic_prefix, now_ms, 0, position.file, position.pos,
                             flag, connector=self.connector_name)
             after = row(table, values, modes=self.cfg.modes)
-            batch += records(self.cfg.topic_prefix, table, "r", None, after, source)
+            batch += records(self.cfg.topic_prefix, table, "r", None, after, source,
+                             self.encode)
         self.offsets.events = {}  # a new snapshot starts the counts afresh
         self._write(batch, position, gtid)
         log.info("snapshot of %d rows written; streaming from %s:%d", len(read),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,8 @@ from headrace.cdc.mysql import Table
 from headrace.cdc.mysql_values import DEFAULT_MODES, Modes, convert
 
 Record = tuple[str, bytes, bytes | None]
+Encode = Callable[[Table, dict[str, Any], dict[str, Any]], tuple[bytes, bytes]]
+"""Key and value to bytes in another format than JSON (``MySqlAvroEncoder.encode``)."""
 
 
 @dataclass(frozen=True)
@@ -68,22 +71,28 @@ def _dumps(doc: Any) -> bytes:
 
 
 def records(prefix: str, table: Table, op: str, before: dict[str, Any] | None,
-            after: dict[str, Any] | None, source: Source) -> list[Record]:
+            after: dict[str, Any] | None, source: Source,
+            encode: Encode | None = None) -> list[Record]:
     """The Kafka records of one row change: one, or three for a key-changing update
-    (delete, tombstone, create), or two for a delete (the event and its tombstone)."""
+    (delete, tombstone, create), or two for a delete (the event and its tombstone).
+    JSON unless ``encode`` is given."""
     topic = topic_of(prefix, table)
     if op == "u" and before is not None and after is not None and \
             any(before[k] != after[k] for k in table.key):
-        return [*records(prefix, table, "d", before, None, source),
-                *records(prefix, table, "c", None, after, source)]
+        return [*records(prefix, table, "d", before, None, source, encode),
+                *records(prefix, table, "c", None, after, source, encode)]
     doc = after if after is not None else before
     assert doc is not None
-    key = _dumps({k: doc[k] for k in table.key})
+    key_doc = {k: doc[k] for k in table.key}
     now_us = time.time_ns() // 1000
     value = {"before": before, "after": after, "source": source.block(table),
              "transaction": None, "op": op, "ts_ms": now_us // 1000, "ts_us": now_us,
              "ts_ns": now_us * 1000}
-    out: list[Record] = [(topic, key, _dumps(value))]
+    if encode is not None:
+        key, encoded = encode(table, key_doc, value)
+    else:
+        key, encoded = _dumps(key_doc), _dumps(value)
+    out: list[Record] = [(topic, key, encoded)]
     if op == "d":
         out.append((topic, key, None))
     return out

@@ -35,7 +35,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from headrace.cdc.errors import CdcError, SlotLostError
 from headrace.cdc.mysql import Position, Table
-from headrace.cdc.mysql_envelope import Record, Source, records, row
+from headrace.cdc.mysql_envelope import Encode, Record, Source, records, row
 from headrace.cdc.mysql_values import DEFAULT_MODES, Modes, from_binlog
 
 log = logging.getLogger("headrace.cdc")
@@ -72,6 +72,8 @@ class Capture:
     heartbeat_s: float
     """While nothing captured changes, the position is written at most this often."""
     modes: Modes = DEFAULT_MODES
+    encode: Encode | None = None
+    """Key and value to Avro (``--schema-registry``); JSON when None."""
 
 
 def stream(capture: Capture, start: Position, start_gtid: str | None, write: Write,
@@ -189,7 +191,7 @@ def table_from_binlog(event: Any) -> Table:
 def _changes(capture: Capture, event: Any, file: str, gtid: str | None,
              thread: int | None) -> list[Record]:
     table = table_from_binlog(event)
-    prefix, modes = capture.prefix, capture.modes
+    prefix, modes, encode = capture.prefix, capture.modes, capture.encode
     out: list[Record] = []
     for i, change in enumerate(event.rows):
         source = Source(prefix, int(event.timestamp) * 1000, int(event.packet.server_id),
@@ -198,17 +200,17 @@ def _changes(capture: Capture, event: Any, file: str, gtid: str | None,
         if isinstance(event, WriteRowsEvent):
             out += records(prefix, table, "c", None,
                            row(table, change["values"], change.get("none_sources"), modes),
-                           source)
+                           source, encode)
         elif isinstance(event, UpdateRowsEvent):
             out += records(prefix, table, "u",
                            row(table, change["before_values"],
                                change.get("before_none_sources"), modes),
                            row(table, change["after_values"], change.get("after_none_sources"),
                                modes),
-                           source)
+                           source, encode)
         else:
             before = row(table, change["values"], change.get("none_sources"), modes)
-            out += records(prefix, table, "d", before, None, source)
+            out += records(prefix, table, "d", before, None, source, encode)
     return out
 
 

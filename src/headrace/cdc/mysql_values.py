@@ -79,6 +79,8 @@ class ColumnType:
     """ENUM and SET: the permitted values, in definition order."""
     length: int = 0
     """BINARY(n): n (the binlog drops its trailing zero bytes; Debezium pads them back)."""
+    wide: bool = False
+    """An integer whose Connect type is INT64 (BIGINT, INT UNSIGNED): Avro long."""
     streamed: bool = False
     """From the binlog (``from_binlog``), not the catalog: Debezium formats a TIMESTAMP's
     fraction differently in the two."""
@@ -91,7 +93,8 @@ def from_catalog(data_type: str, column_type: str, scale: int | None, fsp: int |
     t = data_type.lower()
     unsigned = "unsigned" in column_type.lower()
     if t in _INTS:
-        return ColumnType("int", unsigned)
+        return ColumnType("int", unsigned,
+                          wide=t == "bigint" or (t in ("int", "integer") and unsigned))
     if t in ("decimal", "numeric"):
         return ColumnType("decimal", unsigned, scale=scale or 0)
     if t in ("float", "double"):
@@ -147,7 +150,8 @@ def from_binlog(column: Any) -> ColumnType:
     unsigned = bool(column.unsigned)
     if t in (FIELD_TYPE.TINY, FIELD_TYPE.SHORT, FIELD_TYPE.INT24, FIELD_TYPE.LONG,
              FIELD_TYPE.LONGLONG):
-        return ct("int", unsigned)
+        wide = t == FIELD_TYPE.LONGLONG or (t == FIELD_TYPE.LONG and unsigned)
+        return ColumnType("int", unsigned, wide=wide, streamed=True)
     if t == FIELD_TYPE.NEWDECIMAL:
         return ct("decimal", unsigned, scale=column.decimals)
     if t == FIELD_TYPE.FLOAT:

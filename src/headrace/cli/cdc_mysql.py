@@ -41,6 +41,9 @@ def mysql_command(
         help="Debezium's time.precision.mode for MySQL: adaptive_time_microseconds (the "
              "default: DATETIME's precision decides milli- or microseconds, TIME in "
              "microseconds) or connect (milliseconds).")] = "adaptive_time_microseconds",
+    schema_registry: Annotated[str, typer.Option(
+        help="Write keys and values as Avro through this schema registry URL "
+             "(default: JSON).")] = "",
     timeout_s: Annotated[float, typer.Option("--timeout-seconds", min=0.1,
                                              help="How long a Kafka operation may take "
                                                   "(an unreachable broker: an error after "
@@ -68,7 +71,8 @@ def mysql_command(
         signal.signal(sig, lambda *_: stop.set())
     config = MySqlConfig(dsn, names, bootstrap_servers, topic_prefix, snapshot, name,
                          server_id, heartbeat_s, client_config=client_settings(),
-                         timeout_s=timeout_s, modes=Modes(decimal_handling, time_precision))
+                         timeout_s=timeout_s, modes=Modes(decimal_handling, time_precision),
+                         schema_registry_url=schema_registry)
     MySqlConnector(config).run(stop, on_ready=lambda position: print(
         f"{READY_PREFIX}from {position} ({', '.join(names)} -> {topic_prefix}.*)",
         flush=True))

@@ -5,6 +5,8 @@ followed, key changes, and ``kill -9`` losing and doubling nothing."""
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 import threading
 import time
 from typing import Any
@@ -223,3 +225,37 @@ def test_bad_configuration_is_one_clear_line(mariadb: MariaDBServer, broker: Emb
     lines = connector.output_lines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], lines
     assert "s3cret" not in str(e.value)
+
+
+def test_status_shows_how_far_behind_the_binlog_the_log_is(
+        mariadb: MariaDBServer, broker: EmbeddedBroker, name: str) -> None:
+    """``cdc status`` with a mysql:// DSN: the connector's stored binlog position, the
+    server's, the bytes between them, and a warning (exit status 2) past the threshold."""
+    execute(mariadb, f"CREATE DATABASE {name}",
+            f"CREATE TABLE {name}.quiet (id int PRIMARY KEY)",
+            f"CREATE TABLE {name}.busy (id int PRIMARY KEY, pad text)")
+    with MySqlConnectorProcess(mariadb.dsn, f"{name}.quiet", broker.bootstrap_servers, name):
+        execute(mariadb, f"INSERT INTO {name}.quiet VALUES (1)")
+        _events(broker, f"{name}.{name}.quiet", 1)
+    (file, before), = [r[:2] for r in query(mariadb, "SHOW MASTER STATUS")]
+    execute(mariadb, f"INSERT INTO {name}.busy SELECT seq, repeat('x', 1000) "
+                     "FROM seq_1_to_1500")  # ~1.5 MB of binlog the connector has not read
+    (file_after, after), = [r[:2] for r in query(mariadb, "SHOW MASTER STATUS")]
+    assert file_after == file
+    status = subprocess.run(
+        [sys.executable, "-m", "headrace", "cdc", "status", "--dsn", mariadb.dsn, "--name",
+         name, "--bootstrap-servers", broker.bootstrap_servers, "--warn-retained-mb", "1"],
+        capture_output=True, text=True, timeout=scaled(60))
+    assert status.returncode == 2, (status.stdout, status.stderr)
+    first, second, *counts = status.stdout.splitlines()
+    assert first.startswith(f"connector {name}: at {file}:") and \
+        f", server at {file}:{after}, lag " in first, first
+    behind = int(first.split(", lag ")[1].split(" bytes")[0])
+    stored = int(first.split(f"at {file}:")[1].split(" ")[0].rstrip(","))
+    assert behind == after - stored and stored <= before, first
+    assert second.startswith("log: snapshot done; ") and second.endswith(
+        " s since the last write"), second
+    assert counts == [f"  {name}.{name}.quiet: 1 change events"]
+    assert status.stderr.strip().splitlines() == [
+        f"warning: connector {name} is {behind / 1_000_000:.1f} MB of binlog behind the "
+        "server (more than --warn-retained-mb 1)"]

@@ -206,6 +206,19 @@ def current_position(conn: Any) -> Position:
     return Position(str(row[0]), int(row[1]))
 
 
+def binlog_behind(conn: Any, position: Position) -> int | None:
+    """Bytes of binlog from ``position`` to the server's end (``SHOW BINARY LOGS``: the
+    rest of its file and every later file), or None when its file is purged."""
+    with conn.cursor() as cur:
+        cur.execute("SHOW BINARY LOGS")
+        logs = [(str(r[0]), int(r[1])) for r in cur.fetchall()]
+    names = [name for name, _ in logs]
+    if position.file not in names:
+        return None
+    later = logs[names.index(position.file):]
+    return max(0, sum(size for _, size in later) - position.pos)
+
+
 def gtid_at(conn: Any, position: Position) -> str:
     """MariaDB: the GTID position (one ``domain-server-sequence`` per replication domain,
     comma-separated) of the binlog at ``position``."""

@@ -82,13 +82,25 @@ def status(
     offsets_topic: Annotated[str, typer.Option(help="The connector's offsets topic.")] =
         "__headrace_cdc_offsets",
     warn_retained_mb: Annotated[float, typer.Option(
-        min=0, help="Warn (exit status 2) when the slot retains more WAL than this.")] = 1024,
+        min=0, help="Warn (exit status 2) when the slot retains more WAL than this "
+                    "(MySQL: when the connector is this far behind in the binlog).")] = 1024,
+    name: Annotated[str, typer.Option(help="MySQL/MariaDB (a mysql:// DSN): the "
+                                           "connector's --name.")] = "headrace-mysql",
 ) -> None:
     """The slot, its lag behind the server (bytes and seconds), the WAL it retains, and
     what the log holds. Exit status 1: no such slot; 2: the retained WAL passed
-    --warn-retained-mb or the slot is lost."""
+    --warn-retained-mb or the slot is lost. With a mysql:// DSN: the connector ``--name``'s
+    binlog position against the server's, its lag in bytes, seconds since its last write;
+    exit status 1: nothing written yet; 2: behind more than --warn-retained-mb, or its
+    binlog file is purged."""
     from headrace.cdc import postgres
     from headrace.cdc.connector import CdcConfig, Connector
+
+    if dsn.startswith(("mysql://", "mariadb://")):
+        from headrace.cli.cdc_mysql import mysql_status
+
+        mysql_status(dsn, name, bootstrap_servers, offsets_topic, warn_retained_mb)
+        return
 
     db = postgres.connect(dsn)
     state = postgres.slot_state(db, slot)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
-from headrace.cli.terminal import BootstrapServers, ClientConfig
+from headrace.cli.terminal import BootstrapServers, ClientConfig, print_error, stderr, stdout
 from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS, client_settings
 
 
@@ -76,3 +78,45 @@ def mysql_command(
     MySqlConnector(config).run(stop, on_ready=lambda position: print(
         f"{READY_PREFIX}from {position} ({', '.join(names)} -> {topic_prefix}.*)",
         flush=True))
+
+
+def mysql_status(dsn: str, name: str, bootstrap_servers: str, offsets_topic: str,
+                 warn_behind_mb: float) -> None:
+    """``headrace cdc status --dsn mysql://...``: where connector ``name``'s log stands
+    against the server's binlog. Exit status 1: nothing written yet; 2: its binlog file
+    is purged, or it is more than ``warn_behind_mb`` behind."""
+    from headrace.cdc import mysql
+    from headrace.cdc.connector import CdcConfig, Connector
+
+    parsed = mysql.Dsn.parse(dsn)
+    offsets = Connector(CdcConfig("", (), bootstrap_servers, slot=name,
+                                  offsets_topic=offsets_topic,
+                                  client_config=client_settings()))._last_offsets_record()
+    if offsets is None or "file" not in offsets:
+        stdout.print(f"connector {escape(name)}: nothing written yet")
+        raise typer.Exit(1)
+    stored = mysql.Position(str(offsets["file"]), int(offsets["pos"]))
+    db = mysql.connect(parsed)
+    try:
+        server = mysql.current_position(db)
+        behind = mysql.binlog_behind(db, stored)
+    finally:
+        db.close()
+    since_write = max(0.0, time.time() - offsets["ts_ms"] / 1000)
+    gtid = f" (GTID {offsets['gtid']})" if offsets.get("gtid") else ""
+    lag = "its binlog file is purged" if behind is None else f"lag {behind} bytes"
+    stdout.print(f"connector {escape(name)}: at {stored.file}:{stored.pos}{escape(gtid)}, "
+                 f"server at {server.file}:{server.pos}, {lag}", soft_wrap=True)
+    stdout.print(f"log: snapshot {'done' if offsets['snapshot_done'] else 'not done'}; "
+                 f"{since_write:.1f} s since the last write", soft_wrap=True)
+    for topic, count in sorted((offsets.get("events") or {}).items()):
+        stdout.print(f"  {escape(topic)}: {count} change events", soft_wrap=True)
+    if behind is None:
+        print_error(f"the binlog file {stored.file} connector {name} resumes from is purged "
+                    "from the server: re-snapshot with --snapshot always")
+        raise typer.Exit(2)
+    if behind / 1_000_000 > warn_behind_mb:
+        stderr.print(f"[bold yellow]warning:[/bold yellow] connector {escape(name)} is "
+                     f"{behind / 1_000_000:.1f} MB of binlog behind the server (more than "
+                     f"--warn-retained-mb {warn_behind_mb:g})", soft_wrap=True)
+        raise typer.Exit(2)

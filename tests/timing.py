@@ -58,6 +58,7 @@ LONGEST_FIRST = (
     "tests/cdc/test_connector.py",
     "tests/cdc/test_mysql.py",
     "tests/cdc/test_types.py",
+    "tests/cdc/test_mysql_debezium.py",
     "tests/compat/test_java_client.py",
     "tests/integration/test_groups.py",
     "tests/registry/test_durability.py",

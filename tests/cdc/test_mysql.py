@@ -197,7 +197,8 @@ def test_kill_9_of_the_connector_loses_and_doubles_nothing(
 
 
 @pytest.mark.parametrize("problem", ["missing table", "no primary key", "bad password",
-                                     "no broker", "minimal binlog metadata"])
+                                     "no broker", "minimal binlog metadata",
+                                     "TIME beyond connect's range"])
 def test_bad_configuration_is_one_clear_line(mariadb: MariaDBServer, broker: EmbeddedBroker,
                                              name: str, problem: str) -> None:
     execute(mariadb, f"CREATE DATABASE {name}", f"CREATE TABLE {name}.nokey (a int)",
@@ -215,7 +216,15 @@ def test_bad_configuration_is_one_clear_line(mariadb: MariaDBServer, broker: Emb
     elif problem == "minimal binlog metadata":
         table, expected = f"{name}.t", "binlog_row_metadata is MINIMAL: capture needs"
         execute(mariadb, "SET GLOBAL binlog_row_metadata = MINIMAL")
-    connector = MySqlConnectorProcess(dsn, table, bootstrap, name, "--timeout-seconds", "2")
+    extra: tuple[str, ...] = ()
+    if problem == "TIME beyond connect's range":
+        execute(mariadb, f"CREATE TABLE {name}.times (id int PRIMARY KEY, tm time)",
+                f"INSERT INTO {name}.times VALUES (1, '-01:02:03')")
+        table, extra = f"{name}.times", ("--time-precision-mode", "connect")
+        expected = ("TIME value -01:02:03 is outside 00:00:00-24:00:00: "
+                    "time.precision.mode connect cannot represent it")
+    connector = MySqlConnectorProcess(dsn, table, bootstrap, name, "--timeout-seconds", "2",
+                                      *extra)
     try:
         with pytest.raises(Exception, match="exited during start-up") as e:
             connector.start()

@@ -144,8 +144,8 @@ def test_backfill_from_the_store_equals_the_broker_read(spark: SparkSession,
     assert set(tiered.aborted) < {r[4] for r in uncommitted}
 
     # A range inside the tiered part, split over more tasks than segments, some columns.
+    until = tiered.aborted[-1] + 9
     ranged = {"startingOffsets": f'{{"{TOPIC}":{{"0":7}}}}',
-              "endingOffsets": f'{{"{TOPIC}":{{"0":{tiered.aborted[-1] + 9}}}}}',
-              "minPartitions": "12"}
-    assert read(spark, tiered, cold=True, **ranged) == read(spark, tiered, cold=False,
-                                                            **ranged)
+              "endingOffsets": f'{{"{TOPIC}":{{"0":{until}}}}}', "minPartitions": "12"}
+    assert read(spark, tiered, cold=True, **ranged) == [r for r in through_broker
+                                                        if 7 <= r[4] < until]

@@ -2,9 +2,11 @@
 
 A batch read given the brokers' store settings (``headrace.remote.storage.*``, see
 ``options``) splits each partition's range where the tiered part ends. Below that, the
-driver lists the partition's segments in the store (``storage.remote_scan``) and plans one
-Spark partition per remote segment (more with ``minPartitions``); each task fetches its
-segment's batches from the store in chunks, with the next chunks fetched while it decodes,
+driver lists the partition's segments in the store (``storage.remote_scan``) and plans
+Spark partitions of consecutive remote segments, up to ``TASK_BYTES`` each (one per
+segment for Kafka's 1 GiB segments; more, split by offsets, with ``minPartitions``); the
+tasks run in parallel, each fetching its segments' batches from the store in chunks, with
+the next chunks fetched while it decodes,
 and decodes them with the columnar scan the broker-fetch path uses
 (``protocol.columnar``): CRC checked, control batches dropped and, under
 read_committed, the batches of aborted transactions dropped using the segment's own
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -46,24 +49,51 @@ from headrace.spark.reading import (
     reads_headers,
     reuse_freed_memory,
 )
+from headrace.storage.remote_config import RemoteLogConfig
 from headrace.storage.remote_reader import READ_AHEAD_CHUNKS, RemoteReader
 from headrace.storage.remote_scan import ColdSpan, aborted_transactions, cold_spans
-from headrace.storage.remote_store import RemoteObjectMissingError, RemoteStorageError
+from headrace.storage.remote_store import (
+    RemoteObjectMissingError,
+    RemoteStorage,
+    RemoteStorageError,
+)
 from headrace.storage.tiered_log import remote_prefix
 
 CHUNK_BYTES = 8 << 20
 """Bytes per request to the store (and per decoded Arrow batch, roughly)."""
+TASK_BYTES = 128 << 20
+"""Consecutive remote segments of a partition are read by one task up to this many bytes,
+as Spark's file sources pack files into tasks (``spark.sql.files.maxPartitionBytes``):
+each Spark task costs a scheduling round trip, worth more than reading small segments."""
 T = TypeVar("T")
 
 
 class ColdPartition(InputPartition):
-    """One Spark task's work: offsets of one partition in one remote segment."""
+    """One Spark task's work: consecutive spans of one partition, each in one remote
+    segment, read in order."""
 
-    def __init__(self, topic: str, partition: int, span: ColdSpan) -> None:
-        super().__init__((topic, partition, span))
+    def __init__(self, topic: str, partition: int, spans: tuple[ColdSpan, ...]) -> None:
+        super().__init__((topic, partition, spans))
         self.topic = topic
         self.partition = partition
-        self.span = span
+        self.spans = spans
+
+
+def _packed(tp: TP, spans: list[ColdSpan]) -> list[ColdPartition]:
+    """``spans`` (consecutive, of one partition) packed into tasks of up to ``TASK_BYTES``
+    of segments (a bigger segment alone)."""
+    out: list[ColdPartition] = []
+    group: list[ColdSpan] = []
+    size = 0
+    for span in spans:
+        if group and size + span.segment.size > TASK_BYTES:
+            out.append(ColdPartition(tp[0], tp[1], tuple(group)))
+            group, size = [], 0
+        group.append(span)
+        size += span.segment.size
+    if group:
+        out.append(ColdPartition(tp[0], tp[1], tuple(group)))
+    return out
 
 
 def _pieces(span: ColdSpan, parts: int) -> list[ColdSpan]:
@@ -140,10 +170,13 @@ def plan_cold(opts: SourceOptions, admin: Any, start: dict[TP, int], end: dict[T
     finally:
         if store is not None:
             store.close()
-    parts = [ColdPartition(t, p, s) for (t, p), s in spans]
+    parts = [part for tp in dict.fromkeys(tp for tp, _ in spans)
+             for part in _packed(tp, [s for t, s in spans if t == tp])]
     if opts.min_partitions and len(parts) + len(hot) < opts.min_partitions and spans:
+        # More tasks asked for: a span each, split by offsets (the task seeks with the
+        # segment's offset index), in proportion to its share of all offsets.
         total = sum(s.end - s.start for _, s in spans) + sum(r.end - r.start for r in hot)
-        parts = [ColdPartition(t, p, piece) for (t, p), s in spans
+        parts = [ColdPartition(t, p, (piece,)) for (t, p), s in spans
                  for piece in _pieces(s, round(opts.min_partitions * (s.end - s.start)
                                                / total))]
     return parts, hot
@@ -168,17 +201,40 @@ def _retrying(opts: SourceOptions, what: str, call: Callable[[], T]) -> T:
         pause = min(pause * 2, 2.0)
 
 
+_stores: dict[RemoteLogConfig, RemoteStorage] = {}
+_stores_lock = threading.Lock()
+
+
+def _store(config: RemoteLogConfig) -> RemoteStorage:
+    """One store client per Python worker process and settings, kept for the worker's
+    life: Spark reuses its Python workers from task to task, and building a boto3 client
+    (botocore loads the S3 service model) costs more than fetching a segment."""
+    with _stores_lock:
+        store = _stores.get(config)
+        if store is None:
+            store = _stores[config] = config.open_store()
+        return store
+
+
 def read_cold(opts: SourceOptions, part: ColdPartition) -> Iterator[pa.RecordBatch]:
-    """Yield the records of ``part``'s span in offset order, in Arrow batches (one per
+    """Yield the records of ``part``'s spans in offset order, in Arrow batches (one per
     chunk fetched). Runs in a Spark task; blocks on the store."""
     assert opts.remote is not None
     reuse_freed_memory()
-    span = part.span
-    what = f"{part.topic}[{part.partition}] offsets {span.start}..{span.end - 1}"
-    store = opts.remote.open_store()
+    store = _store(opts.remote)
     ahead = ThreadPoolExecutor(1, thread_name_prefix="headrace-cold-read-ahead")
     reader = RemoteReader(store, CHUNK_BYTES, CHUNK_BYTES * (READ_AHEAD_CHUNKS + 2),
                           read_ahead=ahead)
+    try:
+        for span in part.spans:
+            yield from _read_span(opts, part, span, store, reader)
+    finally:
+        ahead.shutdown(wait=True, cancel_futures=True)
+
+
+def _read_span(opts: SourceOptions, part: ColdPartition, span: ColdSpan,
+               store: RemoteStorage, reader: RemoteReader) -> Iterator[pa.RecordBatch]:
+    what = f"{part.topic}[{part.partition}] offsets {span.start}..{span.end - 1}"
     schema = output_schema(opts)
     topic = pa.scalar(part.topic, pa.string())
     partition = pa.scalar(part.partition, pa.int32())
@@ -186,30 +242,26 @@ def read_cold(opts: SourceOptions, part: ColdPartition) -> Iterator[pa.RecordBat
     with_meta = not {"offset", "timestamp", "timestampType"}.isdisjoint(schema.names)
     position = span.start
     try:
-        try:
-            txns = (_retrying(opts, what, lambda: aborted_transactions(store, span))
-                    if opts.read_committed else [])
-            while position < span.end:
-                data = _retrying(opts, what, functools.partial(
-                    reader.read, span.prefix, span.segment, position, CHUNK_BYTES))
-                if not data:
-                    break  # the segment ends before the span: nothing is missing above it
-                # the transactions whose abort marker is not behind us (as a Fetch's list)
-                aborted = [(pid, first) for pid, first, last in txns if last >= position]
-                sections, after = columnar.split(data, position, opts.read_committed, aborted)
-                if after <= position:
-                    raise SparkConnectorError(f"{what}: no whole record batch at offset "
-                                              f"{position} in {span.segment.segment_id}")
-                cols = columnar.decode(sections, position, span.end, reads_headers(opts),
-                                       with_key=with_key, with_value=with_value,
-                                       with_meta=with_meta)
-                position = after
-                if len(cols):
-                    yield arrow_batch(cols, topic, partition, schema)
-        except RemoteObjectMissingError:
-            # Deleted by retention since planning: the broker answers for these offsets.
-            yield from read_range(opts, OffsetRange(part.topic, part.partition, position,
-                                                    span.end))
-    finally:
-        ahead.shutdown(wait=True, cancel_futures=True)
-        store.close()
+        txns = (_retrying(opts, what, lambda: aborted_transactions(store, span))
+                if opts.read_committed else [])
+        while position < span.end:
+            data = _retrying(opts, what, functools.partial(
+                reader.read, span.prefix, span.segment, position, CHUNK_BYTES))
+            if not data:
+                break  # the segment ends before the span: nothing is missing above it
+            # the transactions whose abort marker is not behind us (as a Fetch's list)
+            aborted = [(pid, first) for pid, first, last in txns if last >= position]
+            sections, after = columnar.split(data, position, opts.read_committed, aborted)
+            if after <= position:
+                raise SparkConnectorError(f"{what}: no whole record batch at offset "
+                                          f"{position} in {span.segment.segment_id}")
+            cols = columnar.decode(sections, position, span.end, reads_headers(opts),
+                                   with_key=with_key, with_value=with_value,
+                                   with_meta=with_meta)
+            position = after
+            if len(cols):
+                yield arrow_batch(cols, topic, partition, schema)
+    except RemoteObjectMissingError:
+        # Deleted by retention since planning: the broker answers for these offsets.
+        yield from read_range(opts, OffsetRange(part.topic, part.partition, position,
+                                                span.end))

@@ -242,6 +242,9 @@ def test_tiered_reads_by_offset_time_and_transaction(s3: SeaweedS3) -> None:
         assert cells[:4] == ["0", "0", str(local_start), str(end)], out
         assert cells[5] == str(tiered_to) and int(cells[6]) > 0, out
         assert metric(broker, "headrace_remote_copy_bytes_total") >= int(cells[6])
+        # The two reads above fetched the whole tiered part from the store: counted, timed.
+        assert metric(broker, "headrace_remote_fetch_bytes_total") >= 2 * int(cells[6])
+        assert metric(broker, "headrace_remote_fetch_seconds_total") > 0
         # The same two tiers in the console's topic view and in the capacity planner.
         with ConsoleProcess(bootstrap) as console, urllib.request.urlopen(
                 f"{console.url}/topics/cold", timeout=scaled(30)) as page:

@@ -7,7 +7,8 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test setup lint typecheck bench clean
 
-setup: $(STAMP) .stamp-system jvm/lib/.stamp jvm/lib/.stamp-archive .tools/bin/weed
+setup: $(STAMP) .stamp-system jvm/lib/.stamp jvm/lib/.stamp-archive jvm/lib/.stamp-kafka-archive \
+	.tools/bin/weed
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -31,6 +32,12 @@ jvm/lib/.stamp: $(JVM_SOURCES) scripts/setup-jvm.sh $(STAMP)
 # the CPU time. Optional: without it Spark starts as usual.
 jvm/lib/.stamp-archive: jvm/lib/.stamp $(STAMP)
 	@PYSPARK_PYTHON=$(abspath $(BIN))/python $(BIN)/python -m headrace.spark.archive || true
+	@mkdir -p $(@D) && touch $@
+
+# The same for Apache Kafka's JVMs (headrace.cluster.archive): the reference broker, the
+# cluster's nodes and Kafka's tools. Optional too.
+jvm/lib/.stamp-kafka-archive: jvm/lib/.stamp $(STAMP)
+	@$(BIN)/python -m headrace.cluster.archive || true
 	@mkdir -p $(@D) && touch $@
 
 # SeaweedFS's weed, the S3 object store of the tiered-storage tests, built with Go.

@@ -27,7 +27,6 @@ Percentiles are nearest-rank. The clock is the same host's ``time.time()``.
 from __future__ import annotations
 
 import argparse
-import math
 import shutil
 import sys
 import tempfile
@@ -43,6 +42,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from brokers import BrokerSpec, add_brokers_option, create_topic, running
 from clients import spark_session
 from report import arguments, fmt_float, fmt_int, publish, show_environment, table
+from report import percentile as sorted_percentile
 
 MODES = ("exactly-once", "at-least-once")
 SPEC_CHOICES = (BrokerSpec("headrace"), BrokerSpec("tansu"))
@@ -50,9 +50,8 @@ PARTITIONS = 1
 
 
 def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile (``q`` in 0..100) of a non-empty list."""
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+    """Percentile ``q`` (0..100) of a non-empty, unsorted list."""
+    return sorted_percentile(sorted(values), q)
 
 
 @dataclass

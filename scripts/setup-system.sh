@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages headrace's tests use when they are missing (kcat, postgresql,
-# chromium),
+# mariadb-server, chromium),
 # and checks Java.
 set -euo pipefail
 
@@ -10,6 +10,8 @@ command -v kcat >/dev/null 2>&1 || missing+=(kcat)
 if ! command -v initdb >/dev/null 2>&1 && ! compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then
     missing+=(postgresql)
 fi
+# MariaDB's server (mariadb-install-db, mariadbd): the MySQL CDC tests start throwaway servers
+command -v mariadb-install-db >/dev/null 2>&1 || missing+=(mariadb-server)
 # Chromium and its WebDriver: the console's browser tests drive a real headless Chromium
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)

@@ -7,7 +7,9 @@ Central into ``jvm/lib/<component>/`` once:
 - ``kafka``: an Apache Kafka broker (KRaft) and Kafka's tools, the reference broker;
 - ``clients``: the Java Kafka client and headrace's scenario driver for it;
 - ``debezium``: Debezium's PostgreSQL connector (embedded engine) and a driver printing its
-  events, the reference for ``headrace cdc``;
+  events, the reference for ``headrace cdc postgres``;
+- ``debezium-mariadb``: Debezium's MariaDB connector (3.5: the newest served) and a driver
+  printing its events, the reference for ``headrace cdc mysql``;
 - ``realtime``: the real-time path's JVM rule operator (``headrace.realtime``), compiled
   against the venv's PySpark jars.
 
@@ -24,7 +26,8 @@ from typing import Literal
 
 from headrace.errors import HeadraceError
 
-Component = Literal["spark-kafka", "kafka", "clients", "realtime", "debezium"]
+Component = Literal["spark-kafka", "kafka", "clients", "realtime", "debezium",
+                    "debezium-mariadb"]
 
 
 class JvmUnavailableError(HeadraceError):

@@ -202,10 +202,12 @@ class ApacheKafka(_ServerProcess):
     READY_MARKER = "Kafka Server started"
 
     def __init__(self, configs: dict[str, str] | None = None, host: str = "127.0.0.1",
-                 heap: str = "768m", start_timeout: float = 90.0) -> None:
+                 heap: str = "768m", start_timeout: float = 90.0,
+                 jvm_options: Sequence[str] = ()) -> None:
         self.configs = dict(configs or {})
         self.host = host
         self.heap = heap
+        self.jvm_options = list(jvm_options)  # the broker's JVM only, not the formatting
         self.start_timeout = start_timeout
         self.data_dir = Path(tempfile.mkdtemp(prefix="apache-kafka-"))
         self.port = _free_port(host)
@@ -228,7 +230,8 @@ class ApacheKafka(_ServerProcess):
         if not (self.data_dir / "logs" / "meta.properties").exists():
             format_kraft_storage(props, jvm_options)
         self.process = subprocess.Popen(kafka_java_command("kafka.Kafka", str(props),
-                                                           jvm_options=jvm_options),
+                                                           jvm_options=[*jvm_options,
+                                                                        *self.jvm_options]),
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         text=True)
         self._wait_ready(self.READY_MARKER, self.start_timeout, "Apache Kafka")
@@ -276,13 +279,29 @@ def write_kraft_properties(path: Path, host: str, port: int, controller_port: in
     return path
 
 
+def kafka_class_archive() -> Path:
+    """Where ``make setup`` keeps the class-data archive of Apache Kafka's JVMs
+    (``python -m headrace.cluster.archive``)."""
+    from headrace import jvm
+    return jvm.lib_dir() / "kafka-classes.jsa"
+
+
 def kafka_java_command(main: str, *args: str, jvm_options: Sequence[str] = ()) -> list[str]:
     """``java`` running ``main`` on Apache Kafka's classpath (``jvm/lib/kafka``) with quiet
-    logging (``jvm/kafka/config/log4j2.yaml``). Raises ``JvmUnavailableError``."""
+    logging (``jvm/kafka/config/log4j2.yaml``), its classes mapped from the class-data
+    archive when ``make setup`` built one (a broker starts on about half the CPU; a JVM
+    that finds the archive stale starts without it, silently). Raises
+    ``JvmUnavailableError``."""
     from headrace import jvm
     log_config = jvm.lib_dir().parent / "kafka" / "config" / "log4j2.yaml"
-    return [jvm.java_executable(), *jvm_options, f"-Dlog4j2.configurationFile={log_config}",
-            "-cp", jvm.classpath("kafka"), main, *args]
+    archive = kafka_class_archive()
+    sharing = ([f"-XX:SharedArchiveFile={archive}", "-Xlog:cds=off"]
+               if archive.is_file()
+               and not any(o.startswith("-XX:ArchiveClassesAtExit") for o in jvm_options)
+               else [])
+    return [jvm.java_executable(), *sharing, *jvm_options,
+            f"-Dlog4j2.configurationFile={log_config}", "-cp", jvm.classpath("kafka"), main,
+            *args]
 
 
 def format_kraft_storage(properties: Path, jvm_options: Sequence[str] = ()) -> None:
@@ -460,6 +479,107 @@ class PostgresServer:
                             "-m", "fast", "-w", "-t", str(round(scaled(60))), "stop"], capture_output=True, check=False)
 
     def __enter__(self) -> PostgresServer:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class MariaDBServer:
+    """A throwaway MariaDB server in a temporary directory (``mariadb-install-db``,
+    ``mariadbd``) writing a row-based binlog with full row images (what CDC reads), for
+    tests and the demo.
+
+    ``with MariaDBServer() as db: ... db.dsn``: user root without a password on 127.0.0.1
+    (and the socket in the directory), database ``headrace``. ``settings`` are extra
+    ``--name=value`` server options. Raises ``EmbeddedBrokerError`` when MariaDB's binaries
+    are missing or the server does not start.
+    """
+
+    def __init__(self, settings: dict[str, str] | None = None, host: str = "127.0.0.1") -> None:
+        self.host = host
+        self.port = _free_port(host)
+        self.dir = Path(tempfile.mkdtemp(prefix="headrace-mariadb-"))
+        self.data = self.dir / "data"
+        self.socket = self.dir / "mariadb.sock"
+        self.settings = {
+            "log-bin": str(self.dir / "binlog"), "binlog-format": "ROW",
+            "binlog-row-image": "FULL", "binlog-row-metadata": "FULL", "server-id": "1",
+            "gtid-domain-id": "0", "character-set-server": "utf8mb4",
+            "collation-server": "utf8mb4_general_ci",
+            "log-slave-updates": "ON",
+            # a test server: durability is not the point, start-up time and disk are
+            "innodb-flush-log-at-trx-commit": "2", "sync-binlog": "0",
+            "innodb-buffer-pool-size": "32M", "innodb-log-file-size": "16M",
+            "performance-schema": "OFF", "skip-name-resolve": "ON",
+            **(settings or {})}
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def dsn(self) -> str:
+        return f"mysql://root@{self.host}:{self.port}/headrace"
+
+    def _bin(self, name: str) -> str:
+        found = shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/bin")
+        if found is None:
+            raise EmbeddedBrokerError(f"MariaDB's {name} not found (Debian package "
+                                      "mariadb-server; `make setup` installs it)")
+        return found
+
+    def _user(self) -> list[str]:
+        # mariadbd refuses to run as root unless told to
+        return ["--user=root"] if os.geteuid() == 0 else []
+
+    def start(self) -> MariaDBServer:
+        """Install the system tables (first start), start the server, wait until it accepts
+        connections and create the ``headrace`` database. Blocks."""
+        if not self.data.exists():
+            subprocess.run([self._bin("mariadb-install-db"), "--no-defaults", *self._user(),
+                            f"--datadir={self.data}", "--auth-root-authentication-method=normal",
+                            "--skip-test-db"], check=True, capture_output=True)
+        log = self.dir / "server.log"
+        options = [f"--{k}={v}" for k, v in self.settings.items()]
+        self.process = subprocess.Popen(
+            [self._bin("mariadbd"), "--no-defaults", *self._user(), f"--datadir={self.data}",
+             f"--port={self.port}", f"--bind-address={self.host}", f"--socket={self.socket}",
+             f"--pid-file={self.dir / 'mariadb.pid'}", f"--log-error={log}", *options],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + scaled(60)
+        while True:
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                text = log.read_text() if log.exists() else ""
+                self.stop()
+                raise EmbeddedBrokerError(f"MariaDB did not start: {text[-2000:]}")
+            try:
+                with socket.create_connection((self.host, self.port), timeout=1):
+                    pass
+            except OSError:
+                time.sleep(0.1)
+                continue
+            done = subprocess.run([self._bin("mariadb"), "--no-defaults", "-uroot",
+                                   f"--socket={self.socket}", "-e",
+                                   "CREATE DATABASE IF NOT EXISTS headrace"],
+                                  capture_output=True, check=False)
+            if done.returncode == 0:
+                return self
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        """Shut down (SIGTERM, then SIGKILL after a while). Idempotent."""
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(scaled(30))
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def __enter__(self) -> MariaDBServer:
         return self.start()
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,

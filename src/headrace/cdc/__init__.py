@@ -6,4 +6,9 @@ confirmed only after the log has them, heartbeats); ``pgoutput`` decodes the rep
 messages, ``values`` maps PostgreSQL types as Debezium does, ``envelope`` builds the
 events, ``postgres`` is the database side. CLI: ``headrace cdc postgres`` and
 ``headrace cdc status``.
+
+MySQL/MariaDB: the binlog through python-mysql-replication (``mysql_connector`` holds the
+design, ``mysql_stream`` reads the binlog, ``mysql`` is the database side and snapshot,
+``mysql_values`` and ``mysql_envelope`` Debezium's MySQL values and events). CLI:
+``headrace cdc mysql``.
 """

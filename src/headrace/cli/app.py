@@ -22,6 +22,7 @@ from headrace.cli import (
     bank,
     capacity,
     cdc,
+    cdc_mysql,
     cluster,
     console,
     groups,
@@ -63,6 +64,7 @@ app.add_typer(topics.app)
 app.add_typer(groups.app)
 app.add_typer(transactions.app)
 app.add_typer(registry.app)
+cdc.app.command("mysql")(cdc_mysql.mysql_command)
 app.add_typer(cdc.app)
 app.add_typer(bank.app)
 app.add_typer(users.app)

@@ -13,8 +13,8 @@ from rich.markup import escape
 from headrace.cli.terminal import BootstrapServers, ClientConfig, stdout
 from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS, client_settings
 
-app = typer.Typer(name="cdc", help="Change data capture from PostgreSQL into the log.",
-                  no_args_is_help=True)
+app = typer.Typer(name="cdc", help="Change data capture from PostgreSQL or MySQL/MariaDB into "
+                                   "the log.", no_args_is_help=True)
 
 Dsn = Annotated[str, typer.Option(help="libpq connection string, e.g. 'host=... dbname=... "
                                        "user=...'.")]

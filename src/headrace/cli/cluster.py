@@ -6,12 +6,16 @@ brokers with replication factor 3 and ``min.insync.replicas=2``; a Spark master 
 workers) with their state in ``--dir``, prints the bootstrap servers and the master URL,
 and returns. ``status`` reports which processes run and the brokers the cluster lists;
 ``down`` stops everything ``up`` started there. A second ``up`` on the same directory
-restarts the cluster on its data, at the same addresses.
+restarts the cluster on its data, at the same addresses. ``mirror`` runs MirrorMaker 2 in
+the foreground, copying topics and group offsets from one cluster (an embedded broker)
+onto another (``headrace.cluster.mirror``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import signal
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Annotated
@@ -21,6 +25,7 @@ import typer
 from headrace.cli.terminal import stdout
 from headrace.cluster import ClusterError, KafkaCluster, SparkCluster
 from headrace.cluster.kafka import STATE_FILE as KAFKA_STATE
+from headrace.cluster.mirror import MirrorMaker
 from headrace.cluster.spark import STATE_FILE as SPARK_STATE
 
 app = typer.Typer(
@@ -126,3 +131,37 @@ def down(state_dir: StateDir = DEFAULT_DIR) -> None:
     if not found:
         raise ClusterError(f"no cluster in {state_dir}")
     stdout.print(f"Stopped the clusters of {state_dir}.")
+
+
+@app.command("mirror")
+def mirror(
+    source: Annotated[str, typer.Option(
+        "--from", help="Bootstrap servers of the cluster to copy from.")],
+    target: Annotated[str, typer.Option(
+        "--to", help="Bootstrap servers of the cluster to copy onto.")],
+    topics: Annotated[str, typer.Option(
+        help="Regular expression of the topics to copy.")] = ".*",
+    groups: Annotated[str, typer.Option(
+        help="Regular expression of the consumer groups whose offsets to translate.")] = ".*",
+    interval: Annotated[int, typer.Option(
+        min=1, help="Seconds between syncs of topics, configs and group offsets.")] = 5,
+    work_dir: Annotated[Path, typer.Option(
+        "--dir", file_okay=False, help="Where MirrorMaker's configuration and log go.")]
+        = Path(".headrace-mirror"),
+) -> None:
+    """Copy topics, their configs and group offsets from one cluster onto another with
+    MirrorMaker 2, until Ctrl-C (SIGINT) or SIGTERM. Topic names are kept."""
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    maker = MirrorMaker(source, target, work_dir, topics, groups, interval).start()
+    stdout.print(f"mirroring topics {topics!r} and groups {groups!r} from {source} to "
+                 f"{target} (MirrorMaker 2, log: {work_dir / 'mm2.log'}); Ctrl-C stops")
+    try:
+        while not stop.wait(1):
+            if not maker.alive():
+                raise ClusterError(f"MirrorMaker exited; its log: {work_dir / 'mm2.log'}:\n"
+                                   + maker.output()[-2000:])
+    finally:
+        maker.stop()
+    stdout.print("stopped")

@@ -25,6 +25,7 @@ from headrace.console import browse
 from headrace.console.history import PIPELINE_SERIES, History
 from headrace.console.plots import line_plot
 from headrace.errors import HeadraceError
+from headrace.ops.brokers import cluster_view
 from headrace.ops.capacity import CapacitySampler
 from headrace.ops.errors import (
     GroupActiveError,
@@ -94,6 +95,15 @@ def _int(request: web.Request, name: str, default: int | None = None) -> int | N
         return int(raw)
     except ValueError as e:
         raise InvalidInputError(f"{name} must be a whole number, not {raw!r}") from e
+
+
+# -- brokers ---------------------------------------------------------------------------------
+
+
+async def brokers(request: web.Request) -> web.Response:
+    bootstrap = request.app[SETTINGS].bootstrap_servers
+    view = await asyncio.to_thread(lambda: cluster_view(TopicAdmin(bootstrap)))
+    return page(request, "brokers.html", title="Brokers", view=view)
 
 
 # -- topics ----------------------------------------------------------------------------------
@@ -359,6 +369,7 @@ def make_app(settings: Settings, history: History) -> web.Application:
         ms / 1000, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     app[TEMPLATES] = templates
     app.router.add_get("/", home)
+    app.router.add_get("/brokers", brokers)
     app.router.add_get("/topics", topics)
     app.router.add_get("/topics/{name}", topic)
     app.router.add_get("/topics/{name}/messages", messages)

@@ -326,10 +326,13 @@ class CapacitySampler(AdminSession):
     """Partition sizes in tiered storage's object store, from the last ``log_dirs()``."""
 
     def log_dirs(self) -> tuple[dict[TopicPart, int], tuple[int | None, int | None]]:
-        """Partition sizes on the brokers' disks and the volume's (usable, total) bytes,
-        summed over brokers, via DescribeLogDirs (kafka-python: librdkafka has no call for
-        it); the sizes in the object store (the ``remote:`` directory tiered storage
-        reports) go to ``remote_sizes``. Empty when the cluster does not answer it."""
+        """Partition sizes and the volumes' (usable, total) bytes, via DescribeLogDirs
+        (kafka-python: librdkafka has no call for it). A partition's size is one copy's,
+        the largest of its replicas (the leader's, but for a follower's unflushed tail),
+        so rates and windows are the topic's, not multiplied by the replication factor;
+        the volumes are summed over brokers. The sizes in the object store (the
+        ``remote:`` directory tiered storage reports) go to ``remote_sizes``, not into
+        the partition sizes. Empty when the cluster does not answer it."""
         from kafka import KafkaAdminClient
         from kafka.errors import KafkaError
 
@@ -353,8 +356,8 @@ class CapacitySampler(AdminSession):
                     for t in d.get("topics", []):
                         for p in t["partitions"]:
                             tp = (t["name"], p["partition_index"])
-                            self.remote_sizes[tp] = (self.remote_sizes.get(tp, 0)
-                                                     + p["partition_size"])
+                            self.remote_sizes[tp] = max(self.remote_sizes.get(tp, 0),
+                                                        p["partition_size"])
                     continue
                 if d.get("total_bytes", -1) >= 0:
                     usable += d.get("usable_bytes", 0)
@@ -363,7 +366,7 @@ class CapacitySampler(AdminSession):
                 for t in d.get("topics", []):
                     for p in t["partitions"]:
                         tp = (t["name"], p["partition_index"])
-                        sizes[tp] = sizes.get(tp, 0) + p["partition_size"]
+                        sizes[tp] = max(sizes.get(tp, 0), p["partition_size"])
         return sizes, ((usable, total) if seen_disk else (None, None))
 
 

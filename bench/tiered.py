@@ -15,7 +15,13 @@ topic of one partition, 16 MB segments:
    the broker process's CPU seconds over that time;
 4. cold read: a fresh consumer reads from offset 0, served from the object store through
    the broker's remote reader (chunk cache 64 MB, smaller than the data: every chunk is a
-   GET).
+   GET);
+5. with ``--spark`` (a local[2] SparkSession): a batch read of the whole topic,
+   ``count(*), sum(length(value))``, three ways: hot (before step 3, through the broker),
+   cold through the broker, and cold straight from the store (the source given the
+   store's ``headrace.remote.storage.*`` settings: one task per remote segment, the hot
+   tail through the broker). Each is run twice; the faster run is reported (the first
+   run also warms the Python workers).
 
 MB are 10^6 bytes of record values. Prints a markdown table.
 """
@@ -23,7 +29,10 @@ MB are 10^6 bytes of record values. Prints a markdown table.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
+from typing import Any
 
 import psutil
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
@@ -39,6 +48,8 @@ from kafka import KafkaAdminClient
 from kafka import TopicPartition as KpTopicPartition
 
 from headrace.testing import EmbeddedBroker, SeaweedS3
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 RECORD = 1024
 SEGMENT = 16 * 1024 * 1024
@@ -90,11 +101,39 @@ def offsets(bootstrap: str) -> dict[int, int]:
             {KpTopicPartition(TOPIC, 0): spec}).values())).offset) for spec in (-4, -5, -1)}
 
 
+def spark_read(spark: Any, bootstrap: str, count: int, store: dict[str, str]) -> float:
+    """The faster of two batch reads of the topic (``count(*)``, ``sum(length(value))``)."""
+    from pyspark.sql import functions as F
+
+    runs = []
+    for _ in range(2):
+        reader = spark.read.format("headrace").option("kafka.bootstrap.servers", bootstrap) \
+            .option("subscribe", TOPIC)
+        for k, v in store.items():
+            reader = reader.option(k, v)
+        started = time.perf_counter()
+        row = reader.load().agg(F.count("*").alias("n"),
+                                F.sum(F.length("value")).alias("b")).collect()[0]
+        runs.append(time.perf_counter() - started)
+        if row.n != count or row.b != count * RECORD:
+            raise RuntimeError(f"read {row.n} rows / {row.b} bytes, expected {count}")
+    return min(runs)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mb", type=int, default=100)
+    parser.add_argument("--spark", action="store_true",
+                        help="also time Spark batch reads: hot, cold through the broker, "
+                             "cold straight from the store")
     args = parser.parse_args()
     count = args.mb * 1_000_000 // RECORD
+    spark: Any = None
+    if args.spark:
+        from clients import spark_session
+
+        spark = spark_session("bench-tiered", kafka_connector=False)
+    spark_s: dict[str, float] = {}
     with SeaweedS3() as s3:
         broker = EmbeddedBroker(extra_args=[
             "--config", "remote.log.storage.system.enable=true",
@@ -114,6 +153,8 @@ def main() -> None:
             produce_s = produce(bootstrap, count)
             end = offsets(bootstrap)[-1]
             hot_s = read_all(bootstrap, end)
+            if spark is not None:
+                spark_s["hot"] = spark_read(spark, bootstrap, count, {})
             proc = psutil.Process(broker.pid)
             cpu0 = sum(proc.cpu_times()[:2])
             started = time.perf_counter()
@@ -133,6 +174,15 @@ def main() -> None:
             copy_cpu = sum(proc.cpu_times()[:2]) - cpu0
             tiered_mb = o[-4] * RECORD / 1e6
             cold_s = read_all(bootstrap, end)
+            if spark is not None:
+                spark_s["broker"] = spark_read(spark, bootstrap, count, {})
+                spark_s["store"] = spark_read(spark, bootstrap, count, {
+                    "headrace.remote.storage.kind": "s3",
+                    "headrace.remote.storage.s3.endpoint": s3.endpoint,
+                    "headrace.remote.storage.s3.bucket": "bench",
+                    "headrace.remote.storage.s3.access.key": "any",
+                    "headrace.remote.storage.s3.secret.key": "any"})
+                spark.stop()
     print(f"\n{count:,} records of {RECORD} B ({mb:.0f} MB), one partition, "
           f"16 MB segments; produced in {produce_s:.1f} s\n")
     print("| what | seconds | MB/s | records/s |")
@@ -143,6 +193,12 @@ def main() -> None:
           f"| {count / cold_s:,.0f} |")
     print(f"| copy to the store ({tiered_mb:.0f} MB of closed segments, then deleted "
           f"locally) | {copy_s:.2f} | {tiered_mb / copy_s:.0f} | - |")
+    for key, what in (("hot", "Spark batch read, hot (local segments, through the broker)"),
+                      ("broker", "Spark batch read, cold through the broker"),
+                      ("store", "Spark batch read, cold straight from the store")):
+        if key in spark_s:
+            t = spark_s[key]
+            print(f"| {what} | {t:.2f} | {mb / t:.0f} | {count / t:,.0f} |")
     print(f"\nbroker CPU while copying: {copy_cpu:.2f} s, "
           f"{copy_cpu / tiered_mb * 1000:.1f} ms per MB copied")
 

@@ -37,7 +37,6 @@ Table = dict[int, tuple[int, int]]
 # API key -> headrace's maximum where it is below Kafka 4.3.1's (Kafka's in the comment).
 NOT_YET_MAX = {
     0: 11,   # Produce 13: v12+ need transactions v2 (KIP-890)
-    2: 10,   # ListOffsets 11
     10: 4,   # FindCoordinator 6: share groups
     24: 3,   # AddPartitionsToTxn 5: transactions v2
     25: 3,   # AddOffsetsToTxn 4: transactions v2

@@ -13,6 +13,7 @@ MAIN_CLASSES = {
     "kafka-configs": "kafka.admin.ConfigCommand",
     "kafka-consumer-groups": "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
     "kafka-topics": "org.apache.kafka.tools.TopicCommand",
+    "kafka-get-offsets": "org.apache.kafka.tools.GetOffsetShell",
 }
 
 

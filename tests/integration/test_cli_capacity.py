@@ -47,6 +47,25 @@ def test_planned_capacity_per_broker_of_a_replicated_cluster() -> None:
             "--brokers", "2"), code=2)
 
 
+def test_planned_capacity_of_the_two_tiers() -> None:
+    """Tiered storage: the brokers' disks keep the local retention (replicated), the object
+    store the whole retention (once)."""
+    out = ok(cli("capacity", "--rate", "50MB/s", "--local-retention", "1d", "--retention",
+                 "30d", "--replication", "3", "--disk", "6TB", "--brokers", "3")).stdout
+    assert "Local tier (the brokers' disks, x3): 13 TB." in out
+    assert "Remote tier (the object store, one copy): 130 TB." in out
+    assert "Disk 18 TB: the local tier fits; the disk holds 1.39 days" in out
+    data = json.loads(ok(cli("capacity", "--rate", "10MB/s", "--local-retention", "12h",
+                             "--retention", "forever", "--disk", "100GB", "--json")).stdout)
+    assert data["local_bytes"] == pytest.approx(432e9) and data["local_fits"] is False
+    assert data["remote_bytes"] is None and data["remote_bytes_per_day"] == pytest.approx(864e9)
+    assert "cannot be longer than the retention" in failed(
+        cli("capacity", "--rate", "1MB/s", "--local-retention", "2d", "--retention", "1d"),
+        code=2)
+    assert "needs --rate, --local-retention and --retention" in failed(
+        cli("capacity", "--rate", "1MB/s", "--local-retention", "2d"), code=2)
+
+
 CONSUMED_FRACTION = 4  # the group commits 1/4 of what was produced
 
 

@@ -10,6 +10,7 @@ retriable KAFKA_STORAGE_ERROR and then succeed.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import threading
@@ -24,7 +25,8 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
 
-from headrace.testing import EmbeddedBroker, SeaweedS3, scaled, weed_binary
+from headrace.testing import ConsoleProcess, EmbeddedBroker, SeaweedS3, scaled, weed_binary
+from tests.integration.kafka_tools import kafka_tool
 from tests.integration.rawclient import RawClient
 from tests.integration.tcp_gate import TcpGate
 from tests.integration.test_cli import cli, ok
@@ -37,6 +39,7 @@ SEGMENT = {"segment.bytes": "3000", "remote.storage.enable": "true",
            "local.retention.bytes": "1"}
 VALUE = b"v" * 200
 EARLIEST, EARLIEST_LOCAL, LATEST_TIERED, LATEST = -2, -4, -5, -1
+EARLIEST_PENDING_UPLOAD = -6
 
 
 @pytest.fixture(scope="module")
@@ -212,6 +215,19 @@ def test_tiered_reads_by_offset_time_and_transaction(s3: SeaweedS3) -> None:
         assert 0 < local_start < end
         assert sum(1 for o, *_ in sent if o < local_start and not _[2]) >= 10
 
+        # KIP-1023: the first offset not yet in the store, through Kafka's own tool (the
+        # Java admin client, ListOffsets v11): the log start while nothing is copied, -1
+        # without remote storage (which the tool leaves out, as against Kafka).
+        tiered_to = list_offset(bootstrap, "cold", LATEST_TIERED) + 1
+        create(bootstrap, "warm", {"remote.storage.enable": "true"})
+        create(bootstrap, "local", {})
+        tool = kafka_tool("kafka-get-offsets", "--bootstrap-server", bootstrap,
+                          "--topic-partitions", "cold:0,warm:0,local:0",
+                          "--time", "earliest-pending-upload")
+        assert tool.returncode == 0, tool.stderr
+        assert sorted(tool.stdout.split()) == [f"cold:0:{tiered_to}", "warm:0:0"], tool.stdout
+        assert list_offset(bootstrap, "local", EARLIEST_PENDING_UPLOAD, 11) == -1
+
         everything = consume(bootstrap, "cold", 0, end)
         assert everything == [(o, v) for o, _, v, _c in sent]
         committed = consume(bootstrap, "cold", 0, end, "read_committed")
@@ -223,10 +239,23 @@ def test_tiered_reads_by_offset_time_and_transaction(s3: SeaweedS3) -> None:
         lines = out.splitlines()
         header = next(i for i, line in enumerate(lines) if "Log start" in line)
         cells = [c.strip() for c in lines[header + 2].split("│") if c.strip()]
-        tiered_to = list_offset(bootstrap, "cold", LATEST_TIERED) + 1
         assert cells[:4] == ["0", "0", str(local_start), str(end)], out
         assert cells[5] == str(tiered_to) and int(cells[6]) > 0, out
         assert metric(broker, "headrace_remote_copy_bytes_total") >= int(cells[6])
+        # The two reads above fetched the whole tiered part from the store: counted, timed.
+        assert metric(broker, "headrace_remote_fetch_bytes_total") >= 2 * int(cells[6])
+        assert metric(broker, "headrace_remote_fetch_seconds_total") > 0
+        # The same two tiers in the console's topic view and in the capacity planner.
+        with ConsoleProcess(bootstrap) as console, urllib.request.urlopen(
+                f"{console.url}/topics/cold", timeout=scaled(30)) as page:
+            html = page.read().decode()
+        tiers = html[html.index('<table id="tiers">'):]
+        row = re.findall(r"<td>([^<]*)</td>", tiers[:tiers.index("</table>")])
+        assert row[:5] == ["0", "0", str(local_start), str(tiered_to), str(end)], row
+        assert row[6] == cells[6], (row, cells)
+        live = json.loads(ok(cli("capacity", "--live", "--sample", "0.2s", "--topic", "cold",
+                                 "--json", servers=bootstrap)).stdout)
+        assert live["topics"][0]["remote_bytes"] == int(cells[6])
 
         # By time: exact to the record, in the tiered part and in the local one.
         consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "by-time"})

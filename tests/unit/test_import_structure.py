@@ -15,7 +15,7 @@ Two rules:
 whatever those may (the order is transitive). In short::
 
     protocol < storage < broker
-    protocol, jvm < spark < savepoints < streaming < realtime < pipelines
+    storage, jvm < spark < savepoints < streaming < realtime < pipelines
     spark, fencing, settling < eventsourcing < pipelines
     fencing, settling < registry < pipelines;  cdc < pipelines;  jvm < testing < pipelines
     testing, protocol < ops < console
@@ -25,7 +25,9 @@ with ``errors`` and the package's own ``__init__`` (``HeadraceError``, ``__versi
 below everything.
 
 Only ``cli`` reaches ``broker``: everything from ``spark`` up talks to a broker through
-the Kafka protocol alone (DESIGN.md).
+the Kafka protocol alone (DESIGN.md). ``spark`` reads ``storage`` for one thing: the
+tiered segments a backfill takes straight from the object store (``spark.cold``);
+storage knows nothing of the broker.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ LAYERS: dict[str, frozenset[str]] = {
     "broker": frozenset({"storage"}),
     "testing": frozenset({"jvm"}),
     "cluster": frozenset({"testing"}),
-    "spark": frozenset({"protocol", "jvm"}),
+    "spark": frozenset({"protocol", "storage", "jvm"}),
     "savepoints": frozenset({"spark"}),
     "streaming": frozenset({"spark", "savepoints"}),
     "realtime": frozenset({"streaming"}),

@@ -15,6 +15,7 @@ from headrace.ops.capacity import (
     BrokerLoad,
     CapacitySampler,
     ClusterSample,
+    TierPlan,
     broker_load,
     buffer_seconds,
     format_bytes,
@@ -22,6 +23,7 @@ from headrace.ops.capacity import (
     parse_duration,
     parse_rate,
     parse_size,
+    tier_plan,
 )
 from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS
 from headrace.ops.errors import InvalidInputError
@@ -51,6 +53,14 @@ def capacity(
     consumer_groups: Annotated[
         int, typer.Option(min=0, help="With --brokers: consumer groups reading every byte.")
     ] = 1,
+    local_retention: Annotated[
+        str | None, typer.Option(help="Tiered storage: how long the brokers' disks keep the "
+                                 "stream (local.retention.ms), e.g. 1d or 12h.")
+    ] = None,
+    retention: Annotated[
+        str | None, typer.Option(help="Tiered storage: how long the whole log is kept "
+                                 "(retention.ms), e.g. 365d, or 'forever'.")
+    ] = None,
     live: Annotated[
         bool, typer.Option("--live", help="Measure the running cluster instead.")
     ] = False,
@@ -74,7 +84,10 @@ def capacity(
     --replication times (6TB at 150MB/s: 11.1 hours). With --brokers, --disk is each
     broker's, and the load on each broker is shown: disk writes, network in and out,
     partition replicas, and how many brokers may fail while acks=all writes go on
-    (--replication minus --min-insync-replicas). With --live: the ingest rate of every
+    (--replication minus --min-insync-replicas). With --rate, --local-retention and
+    --retention (tiered storage): the local tier (the brokers' disks: rate x replication x
+    local retention; with --disk, whether it fits) and the remote tier (the object store:
+    rate x retention, one copy) sized separately. With --live: the ingest rate of every
     topic over --sample, its retention window at that rate, the disk's usable bytes
     (DescribeLogDirs), and for each consumer group its lag and the time until the lag
     exceeds retention at the current produce and consume rates: (records retained - lag)
@@ -89,6 +102,18 @@ def capacity(
                 raise InvalidInputError("--sample must be longer than zero")
             result = CapacitySampler(bootstrap_servers).sample(seconds, topic, include_internal)
             _print_live(result, as_json)
+            return
+        if local_retention is not None or retention is not None:
+            if rate is None or local_retention is None or retention is None:
+                raise typer.BadParameter("tiered storage planning needs --rate, "
+                                         "--local-retention and --retention")
+            plan = tier_plan(parse_rate(rate), parse_duration(local_retention),
+                             None if retention.strip().lower() in ("forever", "-1")
+                             else parse_duration(retention), replication)
+            disk_total = None
+            if disk is not None:
+                disk_total = parse_size(disk) * (brokers or 1)
+            _print_tiers(plan, disk_total, as_json)
             return
         if disk is None or rate is None:
             raise typer.BadParameter("give --disk and --rate, or --live")
@@ -118,6 +143,32 @@ def capacity(
         _print_load(load, partitions > 0)
 
 
+def _print_tiers(plan: TierPlan, disk_bytes: float | None, as_json: bool) -> None:
+    fits = None if disk_bytes is None else disk_bytes >= plan.local_bytes
+    if as_json:
+        stdout.print_json(json.dumps({**asdict(plan), "disk_bytes": disk_bytes,
+                                      "local_fits": fits}))
+        return
+    stdout.print(f"Ingest {format_bytes(plan.rate_bytes_per_s)}/s; local retention "
+                 f"{format_duration(plan.local_retention_s)}, retention "
+                 + ("forever" if plan.retention_s is None
+                    else format_duration(plan.retention_s)) + ".")
+    stdout.print(f"Local tier (the brokers' disks, x{plan.replication}): "
+                 f"[bold]{format_bytes(plan.local_bytes)}[/bold].")
+    if plan.remote_bytes is None:
+        stdout.print(f"Remote tier (the object store, one copy): grows by "
+                     f"[bold]{format_bytes(plan.remote_bytes_per_day)}[/bold] a day, forever.")
+    else:
+        stdout.print(f"Remote tier (the object store, one copy): "
+                     f"[bold]{format_bytes(plan.remote_bytes)}[/bold].")
+    if disk_bytes is not None:
+        held = buffer_seconds(disk_bytes, plan.rate_bytes_per_s, plan.replication)
+        verdict = "fits" if fits else "does NOT fit"
+        stdout.print(f"Disk {format_bytes(disk_bytes)}: the local tier {verdict}; the disk "
+                     f"holds {format_duration(held)} (local.retention.ms at most "
+                     f"{held * 1000:,.0f}).")
+
+
 def _print_load(load: BrokerLoad, with_partitions: bool) -> None:
     stdout.print(f"Each of {load.brokers} brokers (disk {format_bytes(load.disk_write_bytes_per_s)}"
                  f"/s written, network in {format_bytes(load.network_in_bytes_per_s)}/s, out "
@@ -133,15 +184,18 @@ def _print_live(result: ClusterSample, as_json: bool) -> None:
         stdout.print_json(json.dumps(asdict(result)))
         return
     stdout.print(f"Sampled for {result.seconds:.1f} s.")
+    tiered = any(t.remote_bytes is not None for t in result.topics)
     topics = Table("Topic", "Partitions", "Records/s", "Bytes/s", "Size", "cleanup.policy",
-                   "Retention window")
+                   "Retention window", *(("Remote size",) if tiered else ()))
     for t in result.topics:
         window = format_duration(t.window_s) if t.window_s is not None else (
             "unlimited" if "delete" in t.cleanup_policy else "compacted: latest per key")
         topics.add_row(escape(t.topic), str(t.partitions), f"{t.records_per_s:,.1f}",
                        format_bytes(t.bytes_per_s) if t.bytes_per_s is not None else "-",
                        format_bytes(t.size_bytes) if t.size_bytes is not None else "-",
-                       t.cleanup_policy, window)
+                       t.cleanup_policy, window,
+                       *((format_bytes(t.remote_bytes) if t.remote_bytes is not None
+                          else "-",) if tiered else ()))
     stdout.print(topics)
     if result.usable_bytes is not None and result.total_bytes:
         total_rate = result.bytes_per_s

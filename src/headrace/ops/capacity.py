@@ -31,7 +31,8 @@ _UNITS = {"": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4, "p": 1000*
 _PER = {"s": 1, "sec": 1, "second": 1, "min": 60, "minute": 60, "h": 3600, "hour": 3600,
         "d": 86400, "day": 86400}
 _SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([kmgtp]i?)?b?\s*", re.IGNORECASE)
-_DURATION = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?)\s*(ms|s|sec|m|min|h)?\s*", re.IGNORECASE)
+_DURATION = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?)\s*(ms|s|sec|m|min|h|d|days?)?\s*",
+                       re.IGNORECASE)
 
 
 def parse_size(text: str) -> float:
@@ -52,12 +53,13 @@ def parse_rate(text: str) -> float:
 
 
 def parse_duration(text: str) -> float:
-    """Seconds in ``5s``, ``500ms``, ``2min``, ``1h`` (a bare number is seconds)."""
+    """Seconds in ``5s``, ``500ms``, ``2min``, ``1h``, ``7d`` (a bare number is seconds)."""
     m = _DURATION.fullmatch(text)
     if m is None:
-        raise InvalidInputError(f"not a duration: {text!r} (examples: 5s, 500ms, 1min)")
+        raise InvalidInputError(f"not a duration: {text!r} (examples: 5s, 500ms, 1min, 7d)")
     unit = (m.group(2) or "s").lower()
-    return float(m.group(1)) * {"ms": 0.001, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600}[unit]
+    return float(m.group(1)) * {"ms": 0.001, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600,
+                                "d": 86400, "day": 86400, "days": 86400}[unit]
 
 
 def format_bytes(n: float) -> str:
@@ -84,6 +86,42 @@ def buffer_seconds(disk_bytes: float, rate_bytes_per_s: float, replication: int 
     if rate_bytes_per_s <= 0 or replication < 1:
         raise InvalidInputError("the rate must be above zero and the replication at least 1")
     return disk_bytes / (rate_bytes_per_s * replication)
+
+
+@dataclass(frozen=True)
+class TierPlan:
+    """The two tiers of a topic with tiered storage (KIP-405) for a stream of
+    ``rate_bytes_per_s``: the brokers' disks keep ``local_retention_s`` of it, each byte
+    ``replication`` times; the object store keeps ``retention_s`` of it (None: forever)
+    once, as Kafka copies each segment from its leader only (the store's own redundancy is
+    the store's business). The store holds the recent part too: a segment stays on disk
+    after its copy until local retention passes."""
+
+    rate_bytes_per_s: float
+    replication: int
+    local_retention_s: float
+    retention_s: float | None
+    local_bytes: float
+    remote_bytes: float | None
+    remote_bytes_per_day: float
+
+
+def tier_plan(rate_bytes_per_s: float, local_retention_s: float, retention_s: float | None,
+              replication: int = 1) -> TierPlan:
+    """Size the local tier and the remote tier separately. ``InvalidInputError`` for a
+    rate or retention of zero or less, or a local retention above the total (Kafka
+    refuses local.retention.ms > retention.ms too)."""
+    if rate_bytes_per_s <= 0 or replication < 1:
+        raise InvalidInputError("the rate must be above zero and the replication at least 1")
+    if local_retention_s <= 0:
+        raise InvalidInputError("the local retention must be longer than zero")
+    if retention_s is not None and local_retention_s > retention_s:
+        raise InvalidInputError("the local retention cannot be longer than the retention "
+                                "(Kafka refuses local.retention.ms above retention.ms)")
+    return TierPlan(rate_bytes_per_s, replication, local_retention_s, retention_s,
+                    local_bytes=rate_bytes_per_s * replication * local_retention_s,
+                    remote_bytes=None if retention_s is None else rate_bytes_per_s * retention_s,
+                    remote_bytes_per_day=rate_bytes_per_s * 86400)
 
 
 @dataclass(frozen=True)
@@ -163,6 +201,9 @@ class TopicRate:
     retention_bytes: int
     cleanup_policy: str
     window_s: float | None = None
+    remote_bytes: int | None = None
+    """Bytes in the object store (tiered storage), None for a topic without."""
+    local_retention_ms: int = -2
 
 
 @dataclass
@@ -216,6 +257,7 @@ class CapacitySampler(AdminSession):
         ends1 = self.list_offsets(parts, "latest") if parts else {}
         starts = self.list_offsets(parts, "earliest") if parts else {}
         sizes1, disk = self.log_dirs()
+        remote = self.remote_sizes
         committed1 = {g: self._committed(g) for g in groups}
         out = ClusterSample(elapsed, usable_bytes=disk[0], total_bytes=disk[1])
         rates = {tp: (ends1[tp] - ends0[tp]) / elapsed for tp in parts}
@@ -237,6 +279,9 @@ class CapacitySampler(AdminSession):
                              int(cfg.get("retention.bytes", "-1")),
                              cfg.get("cleanup.policy", "delete"))
             rate.window_s = retention_window_s(rate)
+            if cfg.get("remote.storage.enable") == "true":
+                rate.remote_bytes = sum(remote.get(tp, 0) for tp in tps)
+                rate.local_retention_ms = int(cfg.get("local.retention.ms", "-2"))
             out.topics.append(rate)
         by_topic = {r.topic: r for r in out.topics}
         for g in groups:
@@ -277,16 +322,22 @@ class CapacitySampler(AdminSession):
         return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions or []
                 if tp.offset >= 0 and tp.error is None}
 
+    remote_sizes: dict[TopicPart, int]
+    """Partition sizes in tiered storage's object store, from the last ``log_dirs()``."""
+
     def log_dirs(self) -> tuple[dict[TopicPart, int], tuple[int | None, int | None]]:
         """Partition sizes and the volumes' (usable, total) bytes, via DescribeLogDirs
         (kafka-python: librdkafka has no call for it). A partition's size is one copy's,
         the largest of its replicas (the leader's, but for a follower's unflushed tail),
         so rates and windows are the topic's, not multiplied by the replication factor;
-        the volumes are summed over brokers. Empty when the cluster does not answer it."""
+        the volumes are summed over brokers. The sizes in the object store (the
+        ``remote:`` directory tiered storage reports) go to ``remote_sizes``, not into
+        the partition sizes. Empty when the cluster does not answer it."""
         from kafka import KafkaAdminClient
         from kafka.errors import KafkaError
 
         timeout_ms = int(self._timeout * 1000)
+        self.remote_sizes = {}
         try:
             with KafkaAdminClient(bootstrap_servers=self.bootstrap_servers, client_id=CLIENT_ID,
                                   request_timeout_ms=timeout_ms,
@@ -301,7 +352,13 @@ class CapacitySampler(AdminSession):
         for broker in answers:
             for d in broker.get("log_dirs", []):
                 if str(d.get("log_dir", "")).startswith("remote:"):
-                    continue  # tiered storage's object store, not this disk
+                    # tiered storage's object store, not this disk: kept apart
+                    for t in d.get("topics", []):
+                        for p in t["partitions"]:
+                            tp = (t["name"], p["partition_index"])
+                            self.remote_sizes[tp] = max(self.remote_sizes.get(tp, 0),
+                                                        p["partition_size"])
+                    continue
                 if d.get("total_bytes", -1) >= 0:
                     usable += d.get("usable_bytes", 0)
                     total += d["total_bytes"]

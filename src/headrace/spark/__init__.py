@@ -16,7 +16,10 @@ Source options: ``kafka.bootstrap.servers``; one of ``subscribe``, ``subscribePa
 (read_committed by default), ``kafkaConsumer.pollTimeoutMs``, ``kafka.*`` client settings,
 ``headrace.reader`` (``fetch``, the default over PLAINTEXT: raw Fetch requests decoded into
 Arrow columns by a compiled scan; ``librdkafka``: a librdkafka consumer per task, the path
-for TLS/SASL). Columns: key, value, topic, partition, offset, timestamp,
+for TLS/SASL), ``headrace.remote.storage.*`` (batch reads of a topic with tiered storage:
+the brokers' store settings, ``kind`` filesystem + ``path`` or s3 + ``s3.endpoint``,
+``s3.bucket``, ``s3.access.key``, ``s3.secret.key``, ``s3.region``, ``s3.timeout.ms``; the
+tiered part is read straight from the store, see ``headrace.spark.cold``). Columns: key, value, topic, partition, offset, timestamp,
 timestampType[, headers]. A schema declared on the reader naming some of them, in any order
 (``spark.read.format("headrace").schema("value binary")``), reads only those: the others
 are neither decoded nor sent to the JVM (the Python Data Source API cannot prune columns by

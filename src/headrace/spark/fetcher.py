@@ -135,12 +135,21 @@ class PartitionFetcher:
 
     def earliest(self) -> int:
         """The partition's log start offset (ListOffsets, timestamp -2)."""
-        request = ListOffsetsRequest(replica_id=-1, topics=[ListOffsetsRequest.ListOffsetsTopic(
-            name=self.topic, partitions=[ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
-                partition_index=self.partition, timestamp=EARLIEST_TIMESTAMP)])])
+        return self.list_offset(EARLIEST_TIMESTAMP)
+
+    def list_offset(self, timestamp: int, version: int = LIST_OFFSETS_VERSION) -> int:
+        """ListOffsets of one timestamp spec (-2 earliest, -5 latest tiered, ...) at the
+        leader, in request ``version`` (a spec newer than v1 needs the version that
+        carries it: v9 for -5)."""
+        Topic = ListOffsetsRequest.ListOffsetsTopic
+        request = ListOffsetsRequest(
+            replica_id=-1, isolation_level=0, timeout_ms=int(self.timeout_s * 1000),
+            topics=[Topic(name=self.topic, partitions=[Topic.ListOffsetsPartition(
+                partition_index=self.partition, timestamp=timestamp,
+                current_leader_epoch=-1)])])
         conn = self._leader_connection()
         try:
-            response = conn.request(request, LIST_OFFSETS_VERSION, self.timeout_s)
+            response = conn.request(request, version, self.timeout_s)
         except (OSError, ValueError, struct.error) as e:
             self.close()
             raise ConnectionError(f"list offsets at the leader failed: {e}") from e

@@ -13,10 +13,17 @@ silently nor fails it for a failover.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    TopicCollection,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from headrace.spark.errors import SparkConnectorError
@@ -129,6 +136,25 @@ def earliest(admin: AdminClient, tps: Iterable[TP]) -> dict[TP, int]:
 
 def latest(admin: AdminClient, tps: Iterable[TP], read_committed: bool) -> dict[TP, int]:
     return list_offsets(admin, tps, _SPEC.latest(), read_committed)
+
+
+def topic_ids(admin: AdminClient, topics: Iterable[str]) -> dict[str, str]:
+    """Topic name -> topic id, in the UUID's canonical text form."""
+    names = sorted(set(topics))
+    if not names:
+        return {}
+
+    def ask() -> dict[str, str]:
+        futures = admin.describe_topics(TopicCollection(names), request_timeout=TIMEOUT)
+        out = {}
+        for name, future in futures.items():
+            tid = future.result().topic_id
+            high = tid.get_most_significant_bits() & 0xFFFF_FFFF_FFFF_FFFF
+            low = tid.get_least_significant_bits() & 0xFFFF_FFFF_FFFF_FFFF
+            out[name] = str(uuid.UUID(int=high << 64 | low))
+        return out
+
+    return with_retries("describe topics", ask)
 
 
 def for_timestamps(admin: AdminClient, timestamps: dict[TP, int]) -> dict[TP, int]:

@@ -16,6 +16,8 @@ from typing import Literal
 
 from headrace.spark.errors import OptionError
 from headrace.spark.events import EventSpec, event_spec
+from headrace.storage.errors import InvalidConfigError
+from headrace.storage.remote_config import RemoteLogConfig, remote_log_config
 
 EARLIEST = -2
 LATEST = -1
@@ -84,6 +86,9 @@ class SourceOptions:
     columns: tuple[str, ...] | None = None
     """The columns a read yields, in this order, when the query declared a schema naming
     some of them (``headrace.spark.reading.select_columns``); None: all of them."""
+    remote: RemoteLogConfig | None = None
+    """The object store of the brokers' tiered storage (``headrace.remote.storage.*``, the
+    brokers' own settings): a batch read takes tiered offsets straight from it."""
 
 
 @dataclass(frozen=True)
@@ -124,12 +129,54 @@ def _client_configs(opts: dict[str, str]) -> tuple[str, dict[str, str]]:
     return bootstrap, configs
 
 
+REMOTE_PREFIX = "headrace.remote.storage."
+
+
 def _check_unknown(opts: dict[str, str], known: frozenset[str], kind: str) -> None:
     for key in opts:
         if key.startswith("kafka.") or key in known or key in _SPARK_GENERIC:
             continue
+        if kind == "source" and key.startswith(REMOTE_PREFIX):
+            continue
         raise OptionError(f"unknown {kind} option {key!r}; known: {', '.join(sorted(known))} "
-                          "and kafka.* client settings")
+                          "and kafka.* client settings"
+                          + (f", {REMOTE_PREFIX}* store settings" if kind == "source" else ""))
+
+
+def _remote(opts: dict[str, str], streaming: bool, configs: dict[str, str]
+            ) -> RemoteLogConfig | None:
+    """The store settings (the brokers' names), or None when no option names one. Only
+    ``headrace.remote.storage.kind`` turns reads from the store on."""
+    given = {k: v for k, v in opts.items() if k.startswith(REMOTE_PREFIX)}
+    if not given:
+        return None
+    if "headrace.remote.storage.kind" not in given:
+        raise OptionError("options headrace.remote.storage.* need "
+                          "'headrace.remote.storage.kind' (filesystem or s3)")
+    if streaming:
+        raise OptionError("options headrace.remote.storage.* apply to batch reads only")
+    if configs.get("security.protocol", "plaintext").lower() != "plaintext":
+        raise OptionError("options headrace.remote.storage.* read over PLAINTEXT only, not "
+                          f"kafka.security.protocol={configs['security.protocol']}")
+    if given["headrace.remote.storage.kind"] == "s3" and not given.get(
+            "headrace.remote.storage.s3.endpoint", "").strip():
+        raise OptionError("option 'headrace.remote.storage.s3.endpoint' is required with "
+                          "headrace.remote.storage.kind=s3")
+    unknown = sorted(set(given) - {n.lower() for n in _REMOTE_NAMES})
+    if unknown:
+        raise OptionError(f"unknown source option {unknown[0]!r}; the store settings are "
+                          + ", ".join(_REMOTE_NAMES))
+    try:
+        return remote_log_config({**given, "remote.log.storage.system.enable": "true"})
+    except InvalidConfigError as e:
+        raise OptionError(str(e)) from e
+
+
+_REMOTE_NAMES = (
+    "headrace.remote.storage.kind", "headrace.remote.storage.path",
+    "headrace.remote.storage.s3.endpoint", "headrace.remote.storage.s3.bucket",
+    "headrace.remote.storage.s3.access.key", "headrace.remote.storage.s3.secret.key",
+    "headrace.remote.storage.s3.region", "headrace.remote.storage.s3.timeout.ms")
 
 
 def _bool(opts: dict[str, str], key: str, default: bool) -> bool:
@@ -278,6 +325,7 @@ def parse_source_options(options: Mapping[str, str], streaming: bool) -> SourceO
         poll_timeout_ms=_positive_int(opts, "kafkaconsumer.polltimeoutms") or 120_000,
         client_configs=configs,
         events=events,
+        remote=_remote(opts, streaming, configs),
     )
 
 

@@ -104,7 +104,7 @@ def output_schema(opts: SourceOptions) -> pa.Schema:
     return pa.schema([(name, _ARROW_TYPES[name]) for name in opts.columns])
 
 
-def _reads_headers(opts: SourceOptions) -> bool:
+def reads_headers(opts: SourceOptions) -> bool:
     return opts.include_headers if opts.columns is None else "headers" in opts.columns
 
 
@@ -201,7 +201,7 @@ _M_MMAP_THRESHOLD = -3
 _malloc_tuned = False
 
 
-def _reuse_freed_memory() -> None:
+def reuse_freed_memory() -> None:
     """Once per process, with glibc: keep freed blocks of up to 32 MB (Fetch responses,
     decoded columns) in the heap for the next batch instead of unmapping them, and keep up
     to 256 MB of free heap. A fresh page costs a fault on first touch, and on these VMs
@@ -222,7 +222,7 @@ def _reuse_freed_memory() -> None:
 def _read_fetched(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
     """The raw path: while one response is decoded and handed to Spark, the next one is
     already being fetched (the decoder releases the GIL)."""
-    _reuse_freed_memory()
+    reuse_freed_memory()
     timeout = opts.poll_timeout_ms / 1000
     fetcher = PartitionFetcher(opts.bootstrap_servers, rng.topic, rng.partition,
                                opts.read_committed, timeout_s=min(timeout, 30.0))
@@ -231,7 +231,7 @@ def _read_fetched(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBa
     topic = pa.scalar(rng.topic, pa.string())
     partition = pa.scalar(rng.partition, pa.int32())
     schema = output_schema(opts)
-    with_headers = _reads_headers(opts)
+    with_headers = reads_headers(opts)
     with_key, with_value = "key" in schema.names, "value" in schema.names
     with_meta = not {"offset", "timestamp", "timestampType"}.isdisjoint(schema.names)
     position = rng.start
@@ -274,7 +274,7 @@ def _read_fetched(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBa
                                        with_meta=with_meta)
                 position = after
                 if len(cols):
-                    yield _arrow_batch(cols, topic, partition, schema)
+                    yield arrow_batch(cols, topic, partition, schema)
             else:
                 visible = (fetched.last_stable_offset if opts.read_committed
                            else fetched.high_watermark)
@@ -302,7 +302,7 @@ def _after_out_of_range(opts: SourceOptions, rng: OffsetRange, fetcher: Partitio
     return low
 
 
-def _arrow_batch(cols: columnar.Columns, topic: pa.Scalar, partition: pa.Scalar,
+def arrow_batch(cols: columnar.Columns, topic: pa.Scalar, partition: pa.Scalar,
                  schema: pa.Schema) -> pa.RecordBatch:
     """The columns of ``schema`` (``output_schema``), each built only when it is one."""
     return pa.RecordBatch.from_arrays([_column(name, cols, topic, partition)
@@ -349,7 +349,7 @@ def _read(consumer: Consumer, opts: SourceOptions, rng: OffsetRange) -> Iterator
     if position >= rng.end:
         return
     consumer.assign([TopicPartition(rng.topic, rng.partition, position)])
-    cols = _Columns(_reads_headers(opts))
+    cols = _Columns(reads_headers(opts))
     keys, values, offsets, stamps = cols.keys, cols.values, cols.offsets, cols.stamps
     with_headers = cols.include_headers
     end = rng.end

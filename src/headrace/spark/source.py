@@ -31,6 +31,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from headrace.spark import metadata
+from headrace.spark.cold import ColdPartition, plan_cold, read_cold
 from headrace.spark.errors import DataLossError, OptionError, SparkConnectorError
 from headrace.spark.events import EventParser, dead_letter_batches
 from headrace.spark.metadata import TP
@@ -120,17 +121,22 @@ def _check_named(named: dict[TP, int], tps: list[TP], option: str) -> None:
                           f"subscribed: {', '.join(f'{t}[{p}]' for t, p in missing)}")
 
 
-def read_task(opts: SourceOptions, rng: OffsetRange, batch_write_id: str | None
+def read_task(opts: SourceOptions, partition: InputPartition, batch_write_id: str | None
               ) -> Iterator[pa.RecordBatch]:
     """What a read task yields: raw records, or typed events (``opts.events``), whose bad
     records go to the dead-letter topic once the range is read. ``batch_write_id`` is the
     driver-drawn id of a batch read; a stream uses its query id and micro-batch id."""
+    if isinstance(partition, ColdPartition):
+        records = read_cold(opts, partition)
+    else:
+        assert isinstance(partition, RangePartition)
+        records = read_range(opts, partition.rng)
     if opts.events is None:
-        yield from read_range(opts, rng)
+        yield from records
         return
     parser = EventParser(opts.events)
     dead: list[tuple[bytes | None, bytes | None, list[Any]]] = []
-    for raw in read_range(opts, rng):
+    for raw in records:
         good, bad = parser.parse(raw)
         dead.extend(bad)
         if good.num_rows:
@@ -187,12 +193,15 @@ class BatchReader(DataSourceReader):
             named = {(t, p): o for t, parts in opts.ending.items() for p, o in parts.items()}
             _check_named(named, tps, "endingOffsets")
             end = {tp: end[tp] if named.get(tp, LATEST) == LATEST else named[tp] for tp in tps}
+        if opts.remote is not None:
+            cold, hot = plan_cold(opts, admin, start, end)
+            return [*cold, *plan(hot, opts.min_partitions and max(
+                opts.min_partitions - len(cold), 1))]
         return plan([OffsetRange(t, p, start[(t, p)], end[(t, p)]) for t, p in tps],
                     opts.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, RangePartition)
-        return read_task(self.opts, partition.rng, self.write_id)
+        return read_task(self.opts, partition, self.write_id)
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -285,8 +294,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return plan(ranges, self.opts.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, RangePartition)
-        return read_task(self.opts, partition.rng, None)
+        return read_task(self.opts, partition, None)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: offsets live in Spark's checkpoint, never in a consumer group."""

@@ -115,17 +115,20 @@ class S3Storage:
                            Delete={"Objects": chunk, "Quiet": True})
 
     def list(self, prefix: str) -> list[str]:
+        return sorted(self.sizes(prefix))
+
+    def sizes(self, prefix: str) -> dict[str, int]:
         self._ensure_bucket()
-        keys: list[str] = []
+        found: dict[str, int] = {}
         token: str | None = None
         while True:
             kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
             if token:
                 kwargs["ContinuationToken"] = token
             resp = self._call("list", self._client.list_objects_v2, **kwargs)
-            keys.extend(str(o["Key"]) for o in resp.get("Contents", []))
+            found.update((str(o["Key"]), int(o["Size"])) for o in resp.get("Contents", []))
             if not resp.get("IsTruncated"):
-                return sorted(keys)
+                return found
             token = resp.get("NextContinuationToken")
 
     def delete_tree(self, prefix: str) -> None:

@@ -51,6 +51,10 @@ class RemoteStorage(Protocol):
         """The keys starting with ``prefix``."""
         ...
 
+    def sizes(self, prefix: str) -> dict[str, int]:
+        """The keys starting with ``prefix``, each with its object's size in bytes."""
+        ...
+
     def delete_tree(self, prefix: str) -> None:
         """Delete every object whose key starts with ``prefix`` (idempotent)."""
         ...
@@ -121,15 +125,24 @@ class FilesystemStorage:
             raise RemoteStorageError(f"delete: {e}") from e
 
     def list(self, prefix: str) -> list[str]:
-        found = []
+        return sorted(self.sizes(prefix))
+
+    def sizes(self, prefix: str) -> dict[str, int]:
+        found: dict[str, int] = {}
         for dirpath, _, files in os.walk(self.root):
             for name in files:
                 if name.endswith(".part"):
                     continue
-                key = Path(dirpath, name).relative_to(self.root).as_posix()
+                path = Path(dirpath, name)
+                key = path.relative_to(self.root).as_posix()
                 if key.startswith(prefix):
-                    found.append(key)
-        return sorted(found)
+                    try:
+                        found[key] = path.stat().st_size
+                    except FileNotFoundError:
+                        continue  # deleted meanwhile
+                    except OSError as e:
+                        raise RemoteStorageError(f"list {prefix}: {e}") from e
+        return found
 
     def delete_tree(self, prefix: str) -> None:
         shutil.rmtree(self._path(prefix.rstrip("/")), ignore_errors=True)

@@ -47,7 +47,8 @@ def test_bad_sizes_and_rates(bad: str) -> None:
 
 
 def test_parse_duration() -> None:
-    assert [parse_duration(t) for t in ("5s", "500ms", "2min", "1h", "3")] == [5, 0.5, 120, 3600, 3]
+    assert [parse_duration(t) for t in ("5s", "500ms", "2min", "1h", "3", "7d", "1 day")] == [
+        5, 0.5, 120, 3600, 3, 7 * 86400, 86400]
     with pytest.raises(InvalidInputError):
         parse_duration("soon")
 

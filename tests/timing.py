@@ -23,7 +23,7 @@ BUDGETS: dict[str, float] = {
     "streaming": 540,
     "savepoints": 190,
     "differential": 170,
-    "cluster": 150,
+    "cluster": 280,
     "eventsourcing": 130,
     "cdc": 320,
     "registry": 110,
@@ -54,6 +54,7 @@ APPS_MODULES = frozenset({
 })
 LONGEST_FIRST = (
     "tests/cluster/test_failover.py",
+    "tests/cluster/test_mirror.py",
     "tests/integration/test_transactions.py",
     "tests/cdc/test_connector.py",
     "tests/cdc/test_mysql.py",

@@ -33,8 +33,6 @@ out. Whole source transactions are held in memory until their commit.
 
 from __future__ import annotations
 
-import concurrent.futures
-import json
 import logging
 import select
 import threading
@@ -45,10 +43,9 @@ from typing import Any
 
 import psycopg2
 import psycopg2.extras
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import KafkaError, KafkaException, Producer
 
-from headrace.cdc import pgoutput, postgres
+from headrace.cdc import kafka_log, pgoutput, postgres
 from headrace.cdc.envelope import (
     JSON,
     Encoder,
@@ -59,21 +56,16 @@ from headrace.cdc.envelope import (
     topic_of,
 )
 from headrace.cdc.errors import CdcConfigError, CdcError, SlotLostError, redact
+from headrace.cdc.kafka_log import Record
 from headrace.cdc.values import DECIMAL_MODES, TIME_MODES, TypeCatalog
 
 log = logging.getLogger("headrace.cdc")
-KAFKA_LOG = logging.getLogger("headrace.cdc.librdkafka")
-"""librdkafka's own log (its "Connection refused" retries would flood stderr): silent
-unless a handler is added; what matters reaches the operator as one ``CdcError`` line."""
-KAFKA_LOG.addHandler(logging.NullHandler())
-KAFKA_LOG.propagate = False
 SNAPSHOT_MODES = ("initial", "never", "always", "initial_only")
 READY_PREFIX = "headrace cdc streaming "
 _MAX_PENDING = 20_000
 """Records of committed source transactions gathered into one Kafka transaction at most."""
 _MAX_PENDING_S = 0.2
 """How long committed source transactions may wait for company while the WAL keeps coming."""
-Record = tuple[str, bytes, bytes | None]
 
 
 @dataclass(frozen=True)
@@ -118,8 +110,7 @@ class Connector:
         if config.time_precision_mode not in TIME_MODES:
             raise CdcConfigError(f"--time-precision-mode must be one of {', '.join(TIME_MODES)}")
         self.cfg = config
-        self.kafka: dict[str, Any] = {"bootstrap.servers": config.bootstrap_servers,
-                                      "logger": KAFKA_LOG, **config.client_config}
+        self.kafka = kafka_log.kafka_config(config.bootstrap_servers, config.client_config)
         self.tables: dict[int, Table] = {}
         self.types: TypeCatalog = {}
         self.offsets = Offsets()
@@ -135,89 +126,31 @@ class Connector:
     # -- Kafka side ----------------------------------------------------------------------
 
     def _ensure_topics(self, tables: list[Table]) -> None:
-        admin = AdminClient({"log_level": 4, **self.kafka})
-        wanted = [NewTopic(topic_of(self.cfg.topic_prefix, t), 1) for t in tables]
-        wanted.append(NewTopic(self.cfg.offsets_topic, 1, config={"cleanup.policy": "compact"}))
-        deadline = time.monotonic() + self.cfg.timeout_s
-        for topic, future in admin.create_topics(
-                wanted, request_timeout=self.cfg.timeout_s).items():
-            try:
-                future.result(max(0.1, deadline - time.monotonic()))
-            except KafkaException as e:
-                if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                    raise CdcError(f"cannot create {topic}: {e.args[0].str()}") from e
-            except concurrent.futures.TimeoutError as e:
-                raise self._unreachable() from e
+        kafka_log.ensure_topics(self.kafka, [topic_of(self.cfg.topic_prefix, t) for t in tables],
+                                self.cfg.offsets_topic, self.cfg.timeout_s)
 
     def _unreachable(self) -> CdcError:
-        return CdcError(f"cannot reach the Kafka brokers at {self.cfg.bootstrap_servers} "
-                        f"within {self.cfg.timeout_s:g} s (--timeout-seconds)")
+        return kafka_log.unreachable(self.kafka, self.cfg.timeout_s)
 
     def _read_offsets(self) -> Offsets:
-        doc = self._last_offsets_record()
+        doc = kafka_log.last_offsets_record(self.kafka, self.cfg.offsets_topic,
+                                            self.cfg.slot.encode(), self.cfg.timeout_s)
         if doc is None:
             return Offsets()
         return Offsets(int(doc["end_lsn"]), bool(doc["snapshot_done"]), True,
                        {str(k): int(v) for k, v in (doc.get("events") or {}).items()})
-
-    def _last_offsets_record(self) -> dict[str, Any] | None:
-        """This slot's last committed offsets record (read_committed), or None."""
-        consumer = Consumer({**self.kafka, "group.id": f"headrace-cdc-reader-{time.time_ns()}",
-                             "isolation.level": "read_committed", "enable.auto.commit": False,
-                             "enable.partition.eof": True})
-        found: dict[str, Any] | None = None
-        try:
-            consumer.assign([TopicPartition(self.cfg.offsets_topic, 0, 0)])
-            deadline = time.monotonic() + self.cfg.timeout_s
-            while time.monotonic() < deadline:
-                msg = consumer.poll(1.0)
-                if msg is None:
-                    continue
-                err = msg.error()
-                if err is not None:
-                    if err.code() in (KafkaError._PARTITION_EOF, KafkaError.UNKNOWN_TOPIC_OR_PART):
-                        return found
-                    raise CdcError(f"reading {self.cfg.offsets_topic}: {err.str()}")
-                if msg.key() == self.cfg.slot.encode():
-                    value = msg.value()
-                    found = None if value is None else json.loads(value)
-            raise CdcError(f"timed out reading {self.cfg.offsets_topic}")
-        finally:
-            consumer.close()
 
     def _write(self, batch: list[Record], end_lsn: int, snapshot_done: bool = True) -> None:
         """``batch`` and the offsets record saying the log holds everything up to
         ``end_lsn``, in one Kafka transaction. Blocks until committed; raises ``CdcError``.
         ``self.offsets`` moves only after the commit."""
         assert self.producer is not None
-        events = dict(self.offsets.events)
-        for topic, _key, value in batch:
-            if value is not None:
-                events[topic] = events.get(topic, 0) + 1
-        offsets = json.dumps({"end_lsn": end_lsn, "lsn": pgoutput.lsn_text(end_lsn),
-                              "snapshot_done": snapshot_done, "events": events,
-                              "ts_ms": int(time.time() * 1000)}).encode()
-        batch = [*batch, (self.cfg.offsets_topic, self.cfg.slot.encode(), offsets)]
-        errors: list[str] = []
-
-        def delivered(err: KafkaError | None, _msg: Any) -> None:
-            if err is not None:
-                errors.append(err.str())
-
-        try:
-            self.producer.begin_transaction()
-            for topic, key, value in batch:
-                while True:
-                    try:
-                        self.producer.produce(topic, value, key, on_delivery=delivered)
-                        break
-                    except BufferError:
-                        self.producer.poll(0.05)
-            self.producer.commit_transaction(self.cfg.timeout_s)
-        except KafkaException as e:
-            raise CdcError(f"writing to Kafka failed: {e.args[0].str()}") from e
-        if errors:
-            raise CdcError(f"writing to Kafka failed: {errors[0]}")
+        events = kafka_log.counted(self.offsets.events, batch)
+        kafka_log.commit_batch(self.producer, batch, self.cfg.offsets_topic,
+                               self.cfg.slot.encode(),
+                               {"end_lsn": end_lsn, "lsn": pgoutput.lsn_text(end_lsn),
+                                "snapshot_done": snapshot_done, "events": events,
+                                "ts_ms": int(time.time() * 1000)}, self.cfg.timeout_s)
         self.offsets = Offsets(end_lsn, snapshot_done, True, events)
 
     # -- the run ---------------------------------------------------------------------------

@@ -28,7 +28,6 @@ with no schema history to keep. Binlog files the log still needs must not be pur
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -36,15 +35,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import KafkaException, Producer
 
-from headrace.cdc import mysql
-from headrace.cdc.connector import SNAPSHOT_MODES, CdcConfig, Connector
+from headrace.cdc import kafka_log, mysql
+from headrace.cdc.connector import SNAPSHOT_MODES
 from headrace.cdc.errors import CdcConfigError, CdcError
+from headrace.cdc.kafka_log import Record
 from headrace.cdc.mysql import Dsn, Position, Table
 from headrace.cdc.mysql_avro import MySqlAvroEncoder
-from headrace.cdc.mysql_envelope import Encode, Record, Source, records, row, topic_of
+from headrace.cdc.mysql_envelope import Encode, Source, records, row, topic_of
 from headrace.cdc.mysql_stream import Capture, stream
 from headrace.cdc.mysql_values import DEFAULT_MODES, Modes
 
@@ -91,8 +90,7 @@ class MySqlConnector:
             raise CdcConfigError(f"--snapshot must be one of {', '.join(SNAPSHOT_MODES)}")
         self.cfg = config
         self.dsn = Dsn.parse(config.dsn)
-        self.kafka: dict[str, Any] = {"bootstrap.servers": config.bootstrap_servers,
-                                      **config.client_config}
+        self.kafka = kafka_log.kafka_config(config.bootstrap_servers, config.client_config)
         self.offsets = Offsets()
         self.producer: Producer | None = None
         self.connector_name = "mysql"
@@ -106,36 +104,15 @@ class MySqlConnector:
     # -- Kafka side ----------------------------------------------------------------------
 
     def _unreachable(self) -> CdcError:
-        return CdcError(f"cannot reach Kafka at {self.cfg.bootstrap_servers} within "
-                        f"{self.cfg.timeout_s:g} s")
+        return kafka_log.unreachable(self.kafka, self.cfg.timeout_s)
 
     def _ensure_topics(self, tables: list[Table]) -> None:
-        # log_level 2: an unreachable broker is one error line of ours, not a line per
-        # connection attempt from librdkafka
-        admin = AdminClient({"log_level": 2, **self.kafka})
-        wanted = [NewTopic(topic_of(self.cfg.topic_prefix, t), 1) for t in tables]
-        wanted.append(NewTopic(self.cfg.offsets_topic, 1, config={"cleanup.policy": "compact"}))
-        for topic, future in admin.create_topics(wanted,
-                                                 request_timeout=self.cfg.timeout_s).items():
-            try:
-                future.result(self.cfg.timeout_s)
-            except TimeoutError as e:
-                raise self._unreachable() from e
-            except KafkaException as e:
-                code = e.args[0].code()
-                if code in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT,
-                            KafkaError._ALL_BROKERS_DOWN):
-                    raise self._unreachable() from e
-                if code != KafkaError.TOPIC_ALREADY_EXISTS:
-                    raise CdcError(f"cannot create {topic}: {e.args[0].str()}") from e
+        kafka_log.ensure_topics(self.kafka, [topic_of(self.cfg.topic_prefix, t) for t in tables],
+                                self.cfg.offsets_topic, self.cfg.timeout_s)
 
     def _read_offsets(self) -> Offsets:
-        # the PostgreSQL connector's reader: the last committed record under our key
-        reader = Connector(CdcConfig("", (), self.cfg.bootstrap_servers, slot=self.cfg.name,
-                                     offsets_topic=self.cfg.offsets_topic,
-                                     client_config=self.cfg.client_config,
-                                     timeout_s=self.cfg.timeout_s))
-        doc = reader._last_offsets_record()
+        doc = kafka_log.last_offsets_record(self.kafka, self.cfg.offsets_topic,
+                                            self.cfg.name.encode(), self.cfg.timeout_s)
         if doc is None or "file" not in doc:
             return Offsets()
         return Offsets(Position(str(doc["file"]), int(doc["pos"])), doc.get("gtid"),
@@ -148,34 +125,12 @@ class MySqlConnector:
         ``position``, in one Kafka transaction. Blocks until committed; raises ``CdcError``.
         ``self.offsets`` moves only after the commit."""
         assert self.producer is not None
-        events = dict(self.offsets.events)
-        for topic, _key, value in batch:
-            if value is not None:
-                events[topic] = events.get(topic, 0) + 1
-        offsets = json.dumps({"file": position.file, "pos": position.pos, "gtid": gtid,
-                              "snapshot_done": snapshot_done, "events": events,
-                              "ts_ms": int(time.time() * 1000)}).encode()
-        batch = [*batch, (self.cfg.offsets_topic, self.cfg.name.encode(), offsets)]
-        errors: list[str] = []
-
-        def delivered(err: KafkaError | None, _msg: Any) -> None:
-            if err is not None:
-                errors.append(err.str())
-
-        try:
-            self.producer.begin_transaction()
-            for topic, key, value in batch:
-                while True:
-                    try:
-                        self.producer.produce(topic, value, key, on_delivery=delivered)
-                        break
-                    except BufferError:
-                        self.producer.poll(0.05)
-            self.producer.commit_transaction(self.cfg.timeout_s)
-        except KafkaException as e:
-            raise CdcError(f"writing to Kafka failed: {e.args[0].str()}") from e
-        if errors:
-            raise CdcError(f"writing to Kafka failed: {errors[0]}")
+        events = kafka_log.counted(self.offsets.events, batch)
+        kafka_log.commit_batch(self.producer, batch, self.cfg.offsets_topic,
+                               self.cfg.name.encode(),
+                               {"file": position.file, "pos": position.pos, "gtid": gtid,
+                                "snapshot_done": snapshot_done, "events": events,
+                                "ts_ms": int(time.time() * 1000)}, self.cfg.timeout_s)
         self.offsets = Offsets(position, gtid, snapshot_done, events)
 
     # -- the run ---------------------------------------------------------------------------

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from headrace import __version__ as headrace_version
+from headrace.cdc.kafka_log import Record
 from headrace.cdc.mysql import Table
 from headrace.cdc.mysql_values import DEFAULT_MODES, Modes, convert
 
-Record = tuple[str, bytes, bytes | None]
 Encode = Callable[[Table, dict[str, Any], dict[str, Any]], tuple[bytes, bytes]]
 """Key and value to bytes in another format than JSON (``MySqlAvroEncoder.encode``)."""
 

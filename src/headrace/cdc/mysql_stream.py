@@ -34,8 +34,9 @@ from pymysqlreplication.event import (
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from headrace.cdc.errors import CdcError, SlotLostError
+from headrace.cdc.kafka_log import Record
 from headrace.cdc.mysql import Position, Table
-from headrace.cdc.mysql_envelope import Encode, Record, Source, records, row
+from headrace.cdc.mysql_envelope import Encode, Source, records, row
 from headrace.cdc.mysql_values import DEFAULT_MODES, Modes, from_binlog
 
 log = logging.getLogger("headrace.cdc")

@@ -93,8 +93,7 @@ def status(
     binlog position against the server's, its lag in bytes, seconds since its last write;
     exit status 1: nothing written yet; 2: behind more than --warn-retained-mb, or its
     binlog file is purged."""
-    from headrace.cdc import postgres
-    from headrace.cdc.connector import CdcConfig, Connector
+    from headrace.cdc import kafka_log, postgres
 
     if dsn.startswith(("mysql://", "mariadb://")):
         from headrace.cli.cdc_mysql import mysql_status
@@ -108,9 +107,9 @@ def status(
     if not state.exists:
         stdout.print(f"slot {escape(slot)}: none")
         raise typer.Exit(1)
-    offsets = Connector(CdcConfig(dsn, (), bootstrap_servers, slot=slot,
-                                  offsets_topic=offsets_topic,
-                                  client_config=client_settings()))._last_offsets_record()
+    offsets = kafka_log.last_offsets_record(
+        kafka_log.kafka_config(bootstrap_servers, client_settings()), offsets_topic,
+        slot.encode(), timeout_s=30.0)
     since_write = None if offsets is None else max(0.0, time.time() - offsets["ts_ms"] / 1000)
     lag_s: float | None
     if not state.lag_bytes:

@@ -85,13 +85,12 @@ def mysql_status(dsn: str, name: str, bootstrap_servers: str, offsets_topic: str
     """``headrace cdc status --dsn mysql://...``: where connector ``name``'s log stands
     against the server's binlog. Exit status 1: nothing written yet; 2: its binlog file
     is purged, or it is more than ``warn_behind_mb`` behind."""
-    from headrace.cdc import mysql
-    from headrace.cdc.connector import CdcConfig, Connector
+    from headrace.cdc import kafka_log, mysql
 
     parsed = mysql.Dsn.parse(dsn)
-    offsets = Connector(CdcConfig("", (), bootstrap_servers, slot=name,
-                                  offsets_topic=offsets_topic,
-                                  client_config=client_settings()))._last_offsets_record()
+    offsets = kafka_log.last_offsets_record(
+        kafka_log.kafka_config(bootstrap_servers, client_settings()), offsets_topic,
+        name.encode(), timeout_s=30.0)
     if offsets is None or "file" not in offsets:
         stdout.print(f"connector {escape(name)}: nothing written yet")
         raise typer.Exit(1)

@@ -34,6 +34,21 @@ def decode(value: bytes) -> tuple[Any, int | None, dict[str, Any] | None]:
     return stored[0], stored[1], json.loads(stored[2]) if len(stored) > 2 else None
 
 
+JVM_V2 = -2
+"""The first int (big-endian) of the real-time rule operator's stored value of schema
+version 2 (``io.headrace.realtime.KeyState``); a version-1 value opens with a count >= 0."""
+
+
+def jvm_header(value: bytes | None) -> dict[str, Any] | None:
+    """The header of the real-time rule operator's stored value (Java's ``writeInt(-2)``,
+    then ``writeUTF(header JSON)``); None for a value of schema version 1 (no header)."""
+    if not value or len(value) < 6 or int.from_bytes(value[:4], "big", signed=True) != JVM_V2:
+        return None
+    size = int.from_bytes(value[4:6], "big")
+    head: dict[str, Any] = json.loads(value[6:6 + size].decode())
+    return head
+
+
 def count_keys(operator: str, keys: Any) -> int:
     """How many keys one bucket's value holds, by the operator's layout."""
     if not keys:

@@ -50,6 +50,7 @@ APPS_MODULES = frozenset({
     "tests/pipelines/test_fraud_demo.py",
     "tests/pipelines/test_bank_demo.py",
     "tests/savepoints/test_savepoint_cli.py",
+    "tests/savepoints/test_realtime_savepoint.py",
     "tests/cluster/test_spark_on_clusters.py",
 })
 LONGEST_FIRST = (

@@ -21,7 +21,7 @@ BUDGETS: dict[str, float] = {
     "pipelines": 810,
     "integration": 790,
     "streaming": 540,
-    "savepoints": 190,
+    "savepoints": 280,
     "differential": 170,
     "cluster": 150,
     "eventsourcing": 130,

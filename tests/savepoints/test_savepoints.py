@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
+from headrace.realtime import RuleSet, WindowCount, WindowSum, apply_rules
 from headrace.savepoints import (
     IncompatibleStateError,
     Manifest,
@@ -35,6 +36,7 @@ from headrace.savepoints.manifest import MANIFEST
 from headrace.spark import read_events
 from headrace.streaming import count, sum_of, to_topics, tumbling, windowed
 from headrace.testing import EmbeddedBroker, scaled
+from tests.savepoints.corpus_cases import CORPUS
 from tests.spark.kafka_helpers import create_topic, produce, read_all
 from tests.streaming.harness import MINUTE, T0
 
@@ -252,3 +254,30 @@ def test_create_refuses_an_existing_folder_and_a_non_checkpoint(
         create(spark, tmp_path, tmp_path / "sp")
     with pytest.raises(SavepointError, match="not a savepoint"):
         Savepoint(tmp_path)
+
+
+def _rule_rows(spark: SparkSession, txns: list[tuple[str, str, int, float]]) -> DataFrame:
+    return spark.createDataFrame(
+        [(card, txn_id, t, amount) for card, txn_id, t, amount in txns],
+        "card_id string, txn_id string, event_time long, amount double")
+
+
+def test_rule_operator_starts_from_a_savepoint_with_another_rule_set(
+        spark: SparkSession) -> None:
+    """The corpus's savepoint of the real-time rule operator (the fraud rules; card c0 made
+    8 transactions of 20.0 in 140 s), read by a rule set of other rules: the new velocity
+    rule counts the 8 saved transactions with the new one (9); the new rule's ``where``
+    flag reads false on saved transactions, so the spend rule sums the new one only (20,
+    not 180). A changed key is refused before anything runs."""
+    sp = CORPUS / "realtime-rules" / "savepoint"
+    rules = RuleSet(rules=(WindowCount("velocity9", window="5 minutes", hop="1 minute",
+                                       at_least=9),
+                           WindowSum("spend", window="5 minutes", of="amount", at_least=30,
+                                     where="amount > 10")),
+                    key="card_id", id="txn_id", event_time="event_time", state_ttl=0)
+    rows = _rule_rows(spark, [("c0", "new", T0 + 160_000, 20.0),
+                              ("c9", "other", T0 + 160_000, 20.0)])
+    out = apply_rules(rows, rules, from_savepoint=sp).collect()
+    assert [(r.key, r.id, list(r.reasons)) for r in out] == [("c0", "new", ["velocity9"])]
+    with pytest.raises(IncompatibleStateError, match="key changed from 'card_id' to 'txn_id'"):
+        apply_rules(rows, replace(rules, key="txn_id"), from_savepoint=sp)

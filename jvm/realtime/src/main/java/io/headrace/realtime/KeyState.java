@@ -30,7 +30,8 @@ final class KeyState {
 
   /**
    * How a stored value's fields, flags and profile fields map onto the reader's: index maps
-   * from the writer's position to the reader's (-1: the reader has no such column).
+   * from the writer's position to the reader's (-1: the reader has no such column; their
+   * lengths are the writer's counts), and the reader's counts.
    */
   static final class Layout {
     final int nFields;
@@ -142,14 +143,14 @@ final class KeyState {
         String id = in.readUTF();
         double[] fields = new double[own.nFields];
         java.util.Arrays.fill(fields, Double.NaN);
-        for (int j = 0; j < layout.nFields; j++) {
+        for (int j = 0; j < layout.fields.length; j++) {  // the writer's fields
           double v = in.readDouble();
           if (layout.fields[j] >= 0) {
             fields[layout.fields[j]] = v;
           }
         }
         boolean[] flags = new boolean[own.nFlags];
-        for (int j = 0; j < layout.nFlags; j++) {
+        for (int j = 0; j < layout.flags.length; j++) {  // the writer's flags
           boolean v = in.readBoolean();
           if (layout.flags[j] >= 0) {
             flags[layout.flags[j]] = v;

@@ -23,6 +23,8 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
+from headrace.pipelines.fraud.realtime import RealtimeConfig
+from headrace.pipelines.fraud.realtime import start as start_realtime
 from headrace.realtime import RuleSet, WindowCount, WindowSum, apply_rules
 from headrace.savepoints import (
     IncompatibleStateError,
@@ -281,3 +283,13 @@ def test_rule_operator_starts_from_a_savepoint_with_another_rule_set(
     assert [(r.key, r.id, list(r.reasons)) for r in out] == [("c0", "new", ["velocity9"])]
     with pytest.raises(IncompatibleStateError, match="key changed from 'card_id' to 'txn_id'"):
         apply_rules(rows, replace(rules, key="txn_id"), from_savepoint=sp)
+
+
+def test_real_time_path_refuses_a_savepoint_with_a_checkpoint_not_fresh(
+        spark: SparkSession, tmp_path: Path) -> None:
+    (tmp_path / "cp" / "commits").mkdir(parents=True)
+    (tmp_path / "cp" / "commits" / "0").write_text("v1\n{}\n")
+    cfg = RealtimeConfig("localhost:1", str(tmp_path / "cp"),
+                         from_savepoint=str(CORPUS / "realtime-rules" / "savepoint"))
+    with pytest.raises(IncompatibleStateError, match="has committed batches"):
+        start_realtime(spark, cfg)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from py4j.protocol import Py4JError
@@ -54,7 +55,7 @@ from headrace.realtime import (
     WindowCount,
     apply_rules,
 )
-from headrace.savepoints import Savepoint
+from headrace.savepoints import IncompatibleStateError, Savepoint
 
 REQUIRED = ("txn_id", "card_id", "user_id", "amount", "event_time", "merchant_id", "lat", "lon",
             "city")
@@ -310,7 +311,13 @@ def start(spark: SparkSession, cfg: RealtimeConfig, query_name: str = "fraud-rea
     The session needs ``format("kafka")`` and the rule operator (``local_session`` adds both
     when ``make setup`` built them) and a task slot per source partition plus one per shuffle
     partition (e.g. ``local[8]`` for 4 + 1 topic partitions and 2 shuffle partitions).
-    Raises ``RealtimeError`` when ``exactly_once`` and the sink's jar is not in the session."""
+    Raises ``RealtimeError`` when ``exactly_once`` and the sink's jar is not in the session;
+    with ``from_savepoint``, ``IncompatibleStateError`` for a checkpoint that is not fresh
+    (Spark would take its state and offsets and silently ignore the savepoint's)."""
+    if cfg.from_savepoint is not None and any(Path(cfg.checkpoint, "commits").glob("[0-9]*")):
+        raise IncompatibleStateError(
+            f"checkpoint {cfg.checkpoint} has committed batches: a query starts from a "
+            "savepoint with a fresh checkpoint")
     out = operator_output(spark, cfg)
     if cfg.exactly_once:
         return _start_exactly_once(spark, exactly_once_rows(out, cfg), cfg, query_name)

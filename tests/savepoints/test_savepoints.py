@@ -23,8 +23,9 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from headrace.pipelines.fraud.realtime import RealtimeConfig
+from headrace.pipelines.fraud.realtime import RealtimeConfig, fraud_rules
 from headrace.pipelines.fraud.realtime import start as start_realtime
+from headrace.pipelines.fraud.rules import Thresholds
 from headrace.realtime import RuleSet, WindowCount, WindowSum, apply_rules
 from headrace.savepoints import (
     IncompatibleStateError,
@@ -293,3 +294,33 @@ def test_real_time_path_refuses_a_savepoint_with_a_checkpoint_not_fresh(
                          from_savepoint=str(CORPUS / "realtime-rules" / "savepoint"))
     with pytest.raises(IncompatibleStateError, match="has committed batches"):
         start_realtime(spark, cfg)
+
+
+def test_rule_operator_reads_state_of_schema_version_1(spark: SparkSession,
+                                                       tmp_path: Path) -> None:
+    """A savepoint whose rule-operator values have no header (schema version 1, as the
+    operator wrote them before layouts were named) restores with the rule set's own layout:
+    the same alerts as from the version-2 savepoint it was made of."""
+    v2 = CORPUS / "realtime-rules" / "savepoint"
+    v1 = tmp_path / "v1"
+    shutil.copytree(v2, v1)
+    for part in (v1 / "operators").rglob("*.parquet"):
+        if part.is_file():
+            table = pq.read_table(part)
+            bare = [v[6 + int.from_bytes(v[4:6], "big"):]
+                    for v in table.column("__state").to_pylist()]
+            pq.write_table(table.set_column(table.schema.get_field_index("__state"),
+                                            "__state", pa.array(bare, pa.binary())), part)
+    raw = json.loads((v1 / MANIFEST).read_text())
+    raw["operators"][0].update(name="", schema_version=1, params={})
+    (v1 / MANIFEST).write_text(json.dumps(raw))
+    rules = replace(fraud_rules(Thresholds(velocity_count=9, quiet_ms=1)), state_ttl=0)
+    rows = spark.createDataFrame(
+        [("c0", "new", "u0", 20.0, 48.85, 2.35, "Paris", T0 + 160_000, "transactions", 0,
+          None, 25.0, 5.0)],
+        "card_id string, txn_id string, user_id string, amount double, lat double, "
+        "lon double, city string, event_time long, topic string, ingest_ms long, "
+        "updated_at long, avg_amount double, std_amount double")
+    alerts = [[(r.key, r.id, list(r.reasons)) for r in
+               apply_rules(rows, rules, from_savepoint=sp).collect()] for sp in (v2, v1)]
+    assert alerts[0] == alerts[1] == [("c0", "new", ["velocity"])]

@@ -92,7 +92,7 @@ def _temporal(df: DataFrame, sp: Savepoint | None) -> DataFrame:
                          watermark="3 minutes", buckets=4, from_savepoint=sp)
 
 
-def _realtime(df: DataFrame, sp: Savepoint | None) -> DataFrame:
+def rule_operator(df: DataFrame, sp: Savepoint | None) -> DataFrame:
     """The real-time path's rule operator (the fraud rules, JVM) in micro-batch mode: its
     state is the same as in Real-Time Mode. Profiles come with each transaction (no
     profile rows: every row is an event). No state TTL: it would make the query run a batch
@@ -129,7 +129,7 @@ CASES = (
          lambda df, sp: detect(df, Thresholds(), "10 seconds", "30 seconds", sp), "card_id"),
     Case("temporal-join", PRICE_SCHEMA, (_prices(0, 14), _prices(14, 26)), _temporal, "k"),
     # the real-time path's operator on the detector's transactions
-    Case("realtime-rules", TXN_SCHEMA, (_txns(0, 8), _txns(36, 42)), _realtime, "card_id"),
+    Case("realtime-rules", TXN_SCHEMA, (_txns(0, 8), _txns(36, 42)), rule_operator, "card_id"),
 )
 
 

@@ -21,7 +21,7 @@ BUDGETS: dict[str, float] = {
     "pipelines": 810,
     "integration": 810,
     "streaming": 540,
-    "savepoints": 190,
+    "savepoints": 280,
     "differential": 170,
     "cluster": 280,
     "eventsourcing": 130,
@@ -50,6 +50,7 @@ APPS_MODULES = frozenset({
     "tests/pipelines/test_fraud_demo.py",
     "tests/pipelines/test_bank_demo.py",
     "tests/savepoints/test_savepoint_cli.py",
+    "tests/savepoints/test_realtime_savepoint.py",
     "tests/cluster/test_spark_on_clusters.py",
 })
 LONGEST_FIRST = (

@@ -13,16 +13,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from headrace.pipelines.fraud.pipeline import detect
+from headrace.pipelines.fraud.realtime import fraud_rules
 from headrace.pipelines.fraud.rules import Thresholds
+from headrace.realtime import apply_rules
 from headrace.savepoints import Savepoint
 from headrace.streaming import approx_distinct, count, sliding, sum_of, tumbling, windowed
+from headrace.streaming.joins import temporal_join
 from tests.streaming.harness import MINUTE, T0
 
 CORPUS = Path(__file__).with_name("corpus")
@@ -66,7 +70,42 @@ def _txns(start: int, end: int) -> list[dict[str, Any]]:
     return out
 
 
+def _prices(start: int, end: int) -> list[dict[str, Any]]:
+    """Events of keys k0..k2 every 2 minutes and, every 6 minutes, a new price version of
+    each (some out of order: the versions at minute 6n arrive after the events of 6n + 2)."""
+    out: list[dict[str, Any]] = []
+    for t in range(start, end, 2):
+        for i in range(3):
+            out.append({"k": f"k{i}", "ts": T0 + (t * 60 + i) * 1000, "kind": "e",
+                        "n": t * 10 + i, "price": None})
+        if t % 6 == 2:
+            out += [{"k": f"k{i}", "ts": T0 + (t - 2) * MINUTE, "kind": "t", "n": None,
+                     "price": float(t + i)} for i in range(3)]
+    return out
+
+
+def _temporal(df: DataFrame, sp: Savepoint | None) -> DataFrame:
+    """Events joined with the price valid at their time, both sides from one topic."""
+    return temporal_join(df.where(F.col("kind") == "e").select("k", "n", "event_time"),
+                         df.where(F.col("kind") == "t").select("k", "price", "event_time"),
+                         on=["k"], event_time="event_time", valid_from="event_time",
+                         watermark="3 minutes", buckets=4, from_savepoint=sp)
+
+
+def rule_operator(df: DataFrame, sp: Savepoint | None) -> DataFrame:
+    """The real-time path's rule operator (the fraud rules, JVM) in micro-batch mode: its
+    state is the same as in Real-Time Mode. Profiles come with each transaction (no
+    profile rows: every row is an event). No state TTL: it would make the query run a batch
+    at every trigger (processing-time mode), which never lets a step end."""
+    rows = df.select("card_id", "txn_id", "user_id", "amount", "lat", "lon", "city",
+                     F.unix_millis("event_time").alias("event_time"),
+                     F.lit("transactions").alias("topic"), F.lit(0).cast("long").alias("ingest_ms"),
+                     F.lit(None).cast("long").alias("updated_at"), "avg_amount", "std_amount")
+    return apply_rules(rows, replace(fraud_rules(Thresholds()), state_ttl=0), from_savepoint=sp)
+
+
 WINDOW_SCHEMA = "k string, ts long, amount double, user string"
+PRICE_SCHEMA = "k string, ts long, kind string, n long, price double"
 TXN_SCHEMA = ("card_id string, txn_id string, user_id string, amount double, lat double, "
               "lon double, city string, event_time long, avg_amount double, "
               "std_amount double")
@@ -88,6 +127,9 @@ CASES = (
     # the second step 12 minutes on: past the rules' quiet period, within the cards' keep
     Case("fraud-detector", TXN_SCHEMA, (_txns(0, 8), _txns(36, 42)),
          lambda df, sp: detect(df, Thresholds(), "10 seconds", "30 seconds", sp), "card_id"),
+    Case("temporal-join", PRICE_SCHEMA, (_prices(0, 14), _prices(14, 26)), _temporal, "k"),
+    # the real-time path's operator on the detector's transactions
+    Case("realtime-rules", TXN_SCHEMA, (_txns(0, 8), _txns(36, 42)), rule_operator, "card_id"),
 )
 
 

@@ -1,5 +1,6 @@
-"""state(savepoint(q)) == state(q), for random inputs, for the windowed operator and the
-fraud detector (one query holds both; a savepoint then has two operators).
+"""state(savepoint(q)) == state(q), for random inputs, for the windowed operator, the
+fraud detector and the real-time path's rule operator (the fraud rules on the JVM; one
+query holds the three, a savepoint then has three operators).
 
 An example: random transactions in two steps. The reference query runs both steps on one
 checkpoint; after the first, a savepoint of it is taken, and a second query started from
@@ -26,11 +27,11 @@ from pyspark.sql import functions as F
 from headrace.pipelines.fraud.pipeline import detect
 from headrace.pipelines.fraud.rules import Thresholds
 from headrace.savepoints import Savepoint, create
-from headrace.savepoints.state import decode, per_key
+from headrace.savepoints.state import decode, jvm_state, per_key
 from headrace.spark import read_events
 from headrace.streaming import count, sum_of, tumbling, windowed
 from headrace.testing import EmbeddedBroker, scaled
-from tests.savepoints.corpus_cases import TXN_SCHEMA, normalized
+from tests.savepoints.corpus_cases import TXN_SCHEMA, normalized, rule_operator
 from tests.spark.kafka_helpers import create_topic, produce
 from tests.streaming.harness import T0
 
@@ -54,8 +55,10 @@ def _build(source: DataFrame, sp: Savepoint | None) -> DataFrame:
                        watermark="30 seconds", allowed_lateness="1 minute", buckets=4,
                        from_savepoint=sp)
     alerts = detect(source, Thresholds(), "30 seconds", "1 minute", sp)
+    rules = rule_operator(source, sp)
     return windows.select(F.to_json(F.struct("*")).alias("row")).unionByName(
-        alerts.select(F.to_json(F.struct("*")).alias("row")))
+        alerts.select(F.to_json(F.struct("*")).alias("row"))).unionByName(
+        rules.select(F.to_json(F.struct("*")).alias("row")))
 
 
 def _state(spark: SparkSession, checkpoint: Path) -> dict[Any, Any]:
@@ -66,8 +69,14 @@ def _state(spark: SparkSession, checkpoint: Path) -> dict[Any, Any]:
         props = json.loads(op.operatorProperties)
         (var,) = [v["stateName"] for v in props["stateVariables"]
                   if not v["stateName"].startswith("$")]
-        for row in spark.read.format("statestore").option("operatorId", op.operatorId) \
-                .option("stateVarName", var).load(str(checkpoint)).collect():
+        rows = spark.read.format("statestore").option("operatorId", op.operatorId) \
+            .option("stateVarName", var).load(str(checkpoint)).collect()
+        if op.operatorName == "transformWithStateExec":  # the JVM rule operator
+            for row in rows:
+                held[("realtime.rules", row.key.value)] = json.dumps(
+                    jvm_state(row.value.value), sort_keys=True)  # rule firings: a HashMap
+            continue
+        for row in rows:
             keys, timer, head = decode(row.value.keys)
             assert head is not None
             name = head["operator"]
@@ -124,4 +133,6 @@ def test_state_of_a_query_started_from_a_savepoint_is_the_state_it_saved(
         finally:
             spark.conf.set("spark.sql.shuffle.partitions", before)
         assert normalized(outputs["sp"]) == normalized(outputs["ref"])
-        assert _state(spark, work / "fresh") == _state(spark, work / "ref")
+        state = _state(spark, work / "ref")
+        assert any(k[0] == "realtime.rules" for k in state)
+        assert _state(spark, work / "fresh") == state

@@ -71,3 +71,14 @@ def test_kill_9_while_writing_leaves_no_savepoint_and_inspect(
     missing = subprocess.run(_cli("inspect", str(tmp_path)), capture_output=True, text=True,
                              timeout=scaled(60))
     assert missing.returncode == 1 and "is not a savepoint" in missing.stderr
+
+
+def test_inspect_shows_the_real_time_operators_state_per_card() -> None:
+    out = CORPUS / "realtime-rules" / "savepoint"
+    shown = subprocess.run(_cli("inspect", str(out), "--operator", "0", "--limit", "1"),
+                           capture_output=True, text=True, timeout=scaled(60))
+    assert shown.returncode == 0, shown.stderr
+    (line,) = shown.stdout.splitlines()
+    assert line.startswith("'c1': {'recent': [{'t': 1699999201000, 'id': 't0-1', 'lat': 48.85, "
+                           "'lon': 2.35, 'amount': 21.0, '__where_card_testing': False}, ")
+    assert "'fired': {'impossible_travel': " in line

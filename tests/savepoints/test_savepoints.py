@@ -23,6 +23,10 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
+from headrace.pipelines.fraud.realtime import RealtimeConfig, fraud_rules
+from headrace.pipelines.fraud.realtime import start as start_realtime
+from headrace.pipelines.fraud.rules import Thresholds
+from headrace.realtime import RuleSet, WindowCount, WindowSum, apply_rules
 from headrace.savepoints import (
     IncompatibleStateError,
     Manifest,
@@ -35,6 +39,7 @@ from headrace.savepoints.manifest import MANIFEST
 from headrace.spark import read_events
 from headrace.streaming import count, sum_of, to_topics, tumbling, windowed
 from headrace.testing import EmbeddedBroker, scaled
+from tests.savepoints.corpus_cases import CORPUS
 from tests.spark.kafka_helpers import create_topic, produce, read_all
 from tests.streaming.harness import MINUTE, T0
 
@@ -252,3 +257,70 @@ def test_create_refuses_an_existing_folder_and_a_non_checkpoint(
         create(spark, tmp_path, tmp_path / "sp")
     with pytest.raises(SavepointError, match="not a savepoint"):
         Savepoint(tmp_path)
+
+
+def _rule_rows(spark: SparkSession, txns: list[tuple[str, str, int, float]]) -> DataFrame:
+    return spark.createDataFrame(
+        [(card, txn_id, t, amount) for card, txn_id, t, amount in txns],
+        "card_id string, txn_id string, event_time long, amount double")
+
+
+def test_rule_operator_starts_from_a_savepoint_with_another_rule_set(
+        spark: SparkSession) -> None:
+    """The corpus's savepoint of the real-time rule operator (the fraud rules; card c0 made
+    8 transactions of 20.0 in 140 s), read by a rule set of other rules: the new velocity
+    rule counts the 8 saved transactions with the new one (9); the new rule's ``where``
+    flag reads false on saved transactions, so the spend rule sums the new one only (20,
+    not 180). A changed key is refused before anything runs."""
+    sp = CORPUS / "realtime-rules" / "savepoint"
+    rules = RuleSet(rules=(WindowCount("velocity9", window="5 minutes", hop="1 minute",
+                                       at_least=9),
+                           WindowSum("spend", window="5 minutes", of="amount", at_least=30,
+                                     where="amount > 10")),
+                    key="card_id", id="txn_id", event_time="event_time", state_ttl=0)
+    rows = _rule_rows(spark, [("c0", "new", T0 + 160_000, 20.0),
+                              ("c9", "other", T0 + 160_000, 20.0)])
+    out = apply_rules(rows, rules, from_savepoint=sp).collect()
+    assert [(r.key, r.id, list(r.reasons)) for r in out] == [("c0", "new", ["velocity9"])]
+    with pytest.raises(IncompatibleStateError, match="key changed from 'card_id' to 'txn_id'"):
+        apply_rules(rows, replace(rules, key="txn_id"), from_savepoint=sp)
+
+
+def test_real_time_path_refuses_a_savepoint_with_a_checkpoint_not_fresh(
+        spark: SparkSession, tmp_path: Path) -> None:
+    (tmp_path / "cp" / "commits").mkdir(parents=True)
+    (tmp_path / "cp" / "commits" / "0").write_text("v1\n{}\n")
+    cfg = RealtimeConfig("localhost:1", str(tmp_path / "cp"),
+                         from_savepoint=str(CORPUS / "realtime-rules" / "savepoint"))
+    with pytest.raises(IncompatibleStateError, match="has committed batches"):
+        start_realtime(spark, cfg)
+
+
+def test_rule_operator_reads_state_of_schema_version_1(spark: SparkSession,
+                                                       tmp_path: Path) -> None:
+    """A savepoint whose rule-operator values have no header (schema version 1, as the
+    operator wrote them before layouts were named) restores with the rule set's own layout:
+    the same alerts as from the version-2 savepoint it was made of."""
+    v2 = CORPUS / "realtime-rules" / "savepoint"
+    v1 = tmp_path / "v1"
+    shutil.copytree(v2, v1)
+    for part in (v1 / "operators").rglob("*.parquet"):
+        if part.is_file():
+            table = pq.read_table(part)
+            bare = [v[6 + int.from_bytes(v[4:6], "big"):]
+                    for v in table.column("__state").to_pylist()]
+            pq.write_table(table.set_column(table.schema.get_field_index("__state"),
+                                            "__state", pa.array(bare, pa.binary())), part)
+    raw = json.loads((v1 / MANIFEST).read_text())
+    raw["operators"][0].update(name="", schema_version=1, params={})
+    (v1 / MANIFEST).write_text(json.dumps(raw))
+    rules = replace(fraud_rules(Thresholds(velocity_count=9, quiet_ms=1)), state_ttl=0)
+    rows = spark.createDataFrame(
+        [("c0", "new", "u0", 20.0, 48.85, 2.35, "Paris", T0 + 160_000, "transactions", 0,
+          None, 25.0, 5.0)],
+        "card_id string, txn_id string, user_id string, amount double, lat double, "
+        "lon double, city string, event_time long, topic string, ingest_ms long, "
+        "updated_at long, avg_amount double, std_amount double")
+    alerts = [[(r.key, r.id, list(r.reasons)) for r in
+               apply_rules(rows, rules, from_savepoint=sp).collect()] for sp in (v2, v1)]
+    assert alerts[0] == alerts[1] == [("c0", "new", ["velocity"])]

@@ -64,7 +64,8 @@ def inspect_command(
     topic-partition, watermark, sink markers; with ``--operator``, its state per key.
     Reads files only (no Spark); ``Savepoint(path).state(spark, id)`` gives a DataFrame."""
     from headrace.savepoints import Savepoint
-    from headrace.savepoints.state import decode, per_key
+    from headrace.savepoints.create import JVM_KEY, JVM_STATE
+    from headrace.savepoints.state import decode, jvm_state, per_key
 
     sp = Savepoint(savepoint)
     m = sp.manifest
@@ -72,7 +73,16 @@ def inspect_command(
         op = sp.operator(operator)
         shown = 0
         for var in op.variables:
-            for value in pq.read_table(savepoint / var.file).column("keys").to_pylist():
+            table = pq.read_table(savepoint / var.file)
+            if JVM_STATE in table.column_names:  # the real-time rule operator: one per key
+                for key, value in zip(table.column(JVM_KEY).to_pylist(),
+                                      table.column(JVM_STATE).to_pylist(), strict=True):
+                    if shown >= limit:
+                        return
+                    stdout.print(escape(f"{key!r}: {jvm_state(value)!r}"), soft_wrap=True)
+                    shown += 1
+                continue
+            for value in table.column("keys").to_pylist():
                 held, _, _ = decode(value)
                 for key, state in per_key(op.name, held):
                     if shown >= limit:

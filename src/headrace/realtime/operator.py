@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
+from typing import Any
 
 from py4j.protocol import Py4JError, Py4JJavaError
 from pyspark.errors import IllegalArgumentException
@@ -21,10 +23,28 @@ from pyspark.sql.types import TimestampNTZType, TimestampType
 
 from headrace.realtime.errors import NotRealTimeError, RealtimeError, RuleError
 from headrace.realtime.rules import RuleSet, compile_spec, flag_column, predicate
+from headrace.savepoints import Savepoint, migrations
 
 KIND = "__kind"
 TIME = "__t"
 OPERATOR_CLASS = "io.headrace.realtime.Rules"
+OPERATOR_NAME = "realtime.rules"
+STATE_VERSION = 2
+"""The rule operator's state schema version (``io.headrace.realtime.KeyState``: 2 names its
+layout in a header, so a changed rule set reads it by name)."""
+STATE_COLUMN = "__state"
+"""The initial state's column of a savepoint's stored values (``RuleSpec.STATE_COLUMN``)."""
+
+
+@migrations.register(OPERATOR_NAME, from_version=1)
+def _v1_to_v2(keys: Any, timer: int | None) -> tuple[Any, int | None]:
+    # the JVM operator reads version 1 itself (with the rule set's own layout, as before
+    # headers); nothing for Python to change
+    return keys, timer
+
+
+# What a savepoint's per-key state needs unchanged, and why (``apply_rules(from_savepoint=)``).
+_FIXED = {"key": "the state is per key; a savepoint cannot re-key it"}
 _PYTHON_NODE = re.compile(r"Python|Pandas|PySpark|Arrow")
 _CLASS = re.compile(r'"class":"([\w.$]+)"')
 
@@ -42,15 +62,22 @@ def has_rule_operator(spark: SparkSession) -> bool:
     return True
 
 
-def apply_rules(rows: DataFrame, rules: RuleSet, initial_profiles: DataFrame | None = None
-                ) -> DataFrame:
+def apply_rules(rows: DataFrame, rules: RuleSet, initial_profiles: DataFrame | None = None,
+                from_savepoint: Savepoint | str | Path | None = None) -> DataFrame:
     """``rows`` through ``rules``: a streaming (or batch) DataFrame of alerts.
 
     ``rows`` holds events and, if ``rules.profile`` is set, profile rows (told apart by
     ``rules.profile.when``). ``initial_profiles``, a batch DataFrame with one row per key
     (the key, ``rules.profile.time`` and ``rules.profile.fields`` columns), is loaded into
     the keys' state before the first row when the query starts without a checkpoint: the way
-    to have a whole profile table in place before events flow. Raises ``RuleError`` naming a
+    to have a whole profile table in place before events flow. ``from_savepoint``: start
+    (with a fresh checkpoint) from the rule operator's per-key state in a savepoint
+    (``headrace.savepoints``), loaded as initial state like the profiles: the keys' recent
+    events, rule firings and profiles, so rules count history from before the savepoint. The
+    rule set may differ from the one that wrote it (thresholds, weights, cool-downs, rules
+    added or removed): stored fields are matched by name; a new rule's ``where``/``when``
+    reads false, a new field NaN, on events from before. The key column may not change
+    (``IncompatibleStateError``, before anything runs). Raises ``RuleError`` naming a
     missing column or a bad rule, ``RealtimeError`` when the operator's jar is not in the
     session.
     """
@@ -101,14 +128,33 @@ def apply_rules(rows: DataFrame, rules: RuleSet, initial_profiles: DataFrame | N
             raise RuleError(f"initial_profiles lacks columns {absent}")
         initial = initial_profiles.select(
             rules.key, _epoch_ms(initial_profiles, rules.profile.time).alias(rules.profile.time),
-            *rules.profile.fields)._jdf
+            *rules.profile.fields)
+    if from_savepoint is not None:
+        saved = saved_state(spark, Savepoint.of(from_savepoint), rules)
+        if saved is not None:
+            initial = saved if initial is None else \
+                initial.unionByName(saved, allowMissingColumns=True)
     jvm_view = spark.sparkContext._jvm
     assert jvm_view is not None
     try:
-        jdf = jvm_view.io.headrace.realtime.Rules.apply(prepared._jdf, spec, initial)
+        jdf = jvm_view.io.headrace.realtime.Rules.apply(
+            prepared._jdf, spec, None if initial is None else initial._jdf)
     except (Py4JJavaError, IllegalArgumentException) as e:
         raise RuleError(f"the rule operator refused the rule set: {e}") from e
     return DataFrame(jdf, spark)
+
+
+def saved_state(spark: SparkSession, savepoint: Savepoint, rules: RuleSet
+                ) -> DataFrame | None:
+    """The rule operator's per-key state in ``savepoint`` as initial-state rows (``rules.key``,
+    ``STATE_COLUMN``), None when it held no key. Raises ``IncompatibleStateError`` when the
+    savepoint has no rule operator's state or its key column differs from ``rules.key``."""
+    op, _ = savepoint.check(operator=OPERATOR_NAME, family=(), version=STATE_VERSION,
+                            params={"key": rules.key}, fixed=_FIXED)
+    if not op.keys or not op.variables:
+        return None
+    state = savepoint.state(spark, op.operator_id)
+    return state.select(F.col("key").alias(rules.key), F.col(STATE_COLUMN))
 
 
 def _epoch_ms(rows: DataFrame, name: str) -> Column:

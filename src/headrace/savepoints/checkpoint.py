@@ -29,6 +29,9 @@ class CommittedBatch:
     sources: tuple[Any, ...]
     watermark_ms: int
     shuffle_partitions: int
+    checkpoint_format: int = 1
+    """Spark's state checkpoint format: 2 when ``commits/n`` names each state store's
+    files by unique ids (Real-Time Mode writes it), else 1."""
 
 
 def _numbered(folder: Path) -> list[int]:
@@ -65,6 +68,8 @@ def committed_batch(checkpoint: str | Path, batch_id: int | None = None) -> Comm
     conf = json.loads(offsets[1]).get("conf", {})
     sources = tuple(None if line.strip() == "-" else json.loads(line) for line in offsets[2:])
     commit = _lines(path / "commits" / str(batch_id))
-    watermark = json.loads(commit[1]).get("nextBatchWatermarkMs", 0) if len(commit) > 1 else 0
+    committed_meta = json.loads(commit[1]) if len(commit) > 1 else {}
+    watermark = committed_meta.get("nextBatchWatermarkMs", 0)
     return CommittedBatch(path, query_id, batch_id, sources, int(watermark),
-                          int(conf.get("spark.sql.shuffle.partitions", 0)))
+                          int(conf.get("spark.sql.shuffle.partitions", 0)),
+                          2 if committed_meta.get("stateUniqueIds") else 1)

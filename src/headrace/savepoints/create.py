@@ -10,21 +10,25 @@ reader takes for a savepoint (it has no manifest under the savepoint's name).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
 import shutil
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
 import pyspark
 from pyspark.errors import PySparkException
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 import headrace
-from headrace.savepoints.checkpoint import committed_batch
+from headrace.savepoints.checkpoint import CommittedBatch, committed_batch
 from headrace.savepoints.errors import SavepointError
 from headrace.savepoints.manifest import (
     FORMAT_VERSION,
@@ -34,7 +38,7 @@ from headrace.savepoints.manifest import (
     StateVariable,
 )
 from headrace.savepoints.markers import sink_markers
-from headrace.savepoints.state import LEGACY_VERSION, count_keys, decode
+from headrace.savepoints.state import LEGACY_VERSION, count_keys, decode, jvm_header
 
 # Spark's physical operators that are transformWithState (Scala, Python, pandas flavours).
 _TWS = ("transformWithStateExec", "transformWithStateInPandasExec",
@@ -55,8 +59,12 @@ def _fsync(path: Path) -> None:
 
 def _describe(file: Path) -> tuple[int, int, dict[str, Any] | None]:
     """Rows, keys and the header of a state variable's Parquet (values pickled by
-    headrace's operators; another value counts one key per row, no header)."""
+    headrace's Python operators; the real-time rule operator's one value per key, its
+    header in the value; another value counts one key per row, no header)."""
     table = pq.read_table(file)
+    if JVM_STATE in table.column_names:
+        first = next((v for v in table.column(JVM_STATE).to_pylist() if v), None)
+        return table.num_rows, table.num_rows, jvm_header(first)
     if "keys" not in table.column_names:
         return table.num_rows, table.num_rows, None
     keys = 0
@@ -68,6 +76,28 @@ def _describe(file: Path) -> tuple[int, int, dict[str, Any] | None]:
         head = head or found
         keys += count_keys((found or {}).get("operator", ""), held)
     return table.num_rows, keys, head
+
+
+JVM_KEY, JVM_STATE = "key", "__state"
+"""The columns a JVM operator's value state (Java transformWithState, one binary value per
+string key: the real-time rule operator) is written with: its key, its stored value."""
+
+
+@contextlib.contextmanager
+def _checkpoint_format(spark: SparkSession, version: int) -> Iterator[None]:
+    """While open, the session reads state stores of checkpoint format ``version``: Spark's
+    state reader takes it from the session, not from the checkpoint, and Real-Time Mode
+    writes version 2 (state files named by a unique id per batch, kept in ``commits/n``)."""
+    name = "spark.sql.streaming.stateStore.checkpointFormatVersion"
+    before = spark.conf.get(name, None)
+    spark.conf.set(name, str(version))
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(name)
+        else:
+            spark.conf.set(name, before)
 
 
 def create(spark: SparkSession, checkpoint: str | Path, output: str | Path, *,
@@ -87,6 +117,13 @@ def create(spark: SparkSession, checkpoint: str | Path, output: str | Path, *,
     if out.exists():
         raise SavepointError(f"{out} exists; a savepoint is written to a new folder")
     batch = committed_batch(checkpoint, batch_id)
+    with _checkpoint_format(spark, batch.checkpoint_format):
+        return _create(spark, batch, out, bootstrap_servers, client_configs)
+
+
+def _create(spark: SparkSession, batch: CommittedBatch, out: Path,
+            bootstrap_servers: str | None, client_configs: dict[str, str] | None
+            ) -> Manifest:
     try:
         meta = spark.read.format("state-metadata").option("batchId", batch.batch_id) \
             .load(str(batch.path)).collect()
@@ -133,6 +170,22 @@ def create(spark: SparkSession, checkpoint: str | Path, output: str | Path, *,
     return manifest
 
 
+def _columns(df: DataFrame) -> DataFrame:
+    """A state variable's rows as flat columns: the key's and the value's fields. A JVM
+    operator's value state (string key, binary value, perhaps with a TTL: both structs
+    hold one field named ``value``) becomes ``JVM_KEY`` and ``JVM_STATE``; a TTL's
+    expiry is not kept (a query started from the savepoint counts its TTL afresh)."""
+    value = df.schema["value"].dataType
+    assert isinstance(value, StructType)
+    if "ttlExpirationMs" in value.fieldNames():
+        df = df.select("key", F.col("value.value").alias("value"))
+    key, value = df.schema["key"].dataType, df.schema["value"].dataType
+    assert isinstance(key, StructType) and isinstance(value, StructType)
+    if key.fieldNames() == ["value"] and value.fieldNames() == ["value"]:
+        return df.select(F.col("key.value").alias(JVM_KEY), F.col("value.value").alias(JVM_STATE))
+    return df.select("key.*", "value.*")
+
+
 def _copy_operator(spark: SparkSession, checkpoint: Path, batch_id: int, row: Any,
                    tmp: Path) -> Operator:
     props = json.loads(row.operatorProperties or "{}")
@@ -146,7 +199,7 @@ def _copy_operator(spark: SparkSession, checkpoint: Path, batch_id: int, row: An
             .option("stateVarName", name).option("batchId", batch_id).load(str(checkpoint))
         key_schema = json.loads(df.schema["key"].dataType.json())
         file = f"operators/{row.operatorId}/{name}.parquet"
-        df.select("key.*", "value.*").coalesce(1).write.parquet(str(tmp / file))
+        _columns(df).coalesce(1).write.parquet(str(tmp / file))
         # Hadoop's local checksums: a savepoint is plain Parquet, which other tools may
         # read or rewrite (a stale .crc would then fail Spark's read)
         for crc in (tmp / file).glob(".*.crc"):

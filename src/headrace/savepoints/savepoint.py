@@ -100,6 +100,23 @@ class Savepoint:
         with ``params``. ``family``: the names the same operator may have had (windowed's
         two processors); ``fixed``: the params that must not change, each with why.
         Raises ``IncompatibleStateError`` naming the operator and the reason."""
+        op, resume = self.check(operator=operator, family=family, version=version,
+                                params=params, fixed=fixed)
+        if not op.keys or not op.variables:
+            return None, resume
+        initial = self.state(spark, op.operator_id)
+        if key_column not in initial.columns:
+            raise IncompatibleStateError(
+                f"operator {op.operator_id} ({operator}): its state is keyed by "
+                f"{initial.columns[:-1]}, not {key_column}")
+        return initial.groupBy(key_column), resume
+
+    def check(self, *, operator: str, family: Sequence[str], version: int,
+              params: dict[str, Any], fixed: dict[str, str]) -> tuple[Operator, Resume]:
+        """The savepoint's operator that a new operator named ``operator`` (schema
+        ``version``, ``params``) takes its state from, and its ``Resume``, after checking
+        that the state can carry over (``resume``'s arguments). Raises
+        ``IncompatibleStateError`` naming the operator and the reason. Reads no state."""
         op = self._match(operator, family)
         if op.name and op.name != operator:
             raise IncompatibleStateError(
@@ -114,14 +131,7 @@ class Savepoint:
                     f"{old.get(name)!r} to {params.get(name)!r}; {why}")
         steps = migrations.chain(operator, op.schema_version, version)
         resume = Resume(self.manifest.watermark_ms, steps)
-        if not op.keys or not op.variables:
-            return None, resume
-        initial = self.state(spark, op.operator_id)
-        if key_column not in initial.columns:
-            raise IncompatibleStateError(
-                f"operator {op.operator_id} ({operator}): its state is keyed by "
-                f"{initial.columns[:-1]}, not {key_column}")
-        return initial.groupBy(key_column), resume
+        return op, resume
 
     def _match(self, operator: str, family: Sequence[str]) -> Operator:
         if self.operator_id is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import struct
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -32,6 +33,60 @@ def decode(value: bytes) -> tuple[Any, int | None, dict[str, Any] | None]:
     """A stored value's keys, timer and header (None: written before headers)."""
     stored = pickle.loads(value)
     return stored[0], stored[1], json.loads(stored[2]) if len(stored) > 2 else None
+
+
+JVM_V2 = -2
+"""The first int (big-endian) of the real-time rule operator's stored value of schema
+version 2 (``io.headrace.realtime.KeyState``); a version-1 value opens with a count >= 0."""
+
+
+def jvm_header(value: bytes | None) -> dict[str, Any] | None:
+    """The header of the real-time rule operator's stored value (Java's ``writeInt(-2)``,
+    then ``writeUTF(header JSON)``); None for a value of schema version 1 (no header)."""
+    if not value or len(value) < 6 or int.from_bytes(value[:4], "big", signed=True) != JVM_V2:
+        return None
+    size = int.from_bytes(value[4:6], "big")
+    head: dict[str, Any] = json.loads(value[6:6 + size].decode())
+    return head
+
+
+def jvm_state(value: bytes) -> dict[str, Any]:
+    """The real-time rule operator's stored value (schema version 2), readable: its recent
+    events (time, id, fields and flags by name), when each rule last fired, its profile.
+    A value of version 1 (no header, so no names) shows its size only."""
+    head = jvm_header(value)
+    if head is None:
+        return {"schema_version": LEGACY_VERSION, "bytes": len(value)}
+    params = head["params"]
+    at = 6 + int.from_bytes(value[4:6], "big")
+
+    def take(fmt: str) -> Any:
+        nonlocal at
+        (out,) = struct.unpack_from(fmt, value, at)
+        at += struct.calcsize(fmt)
+        return out
+
+    def text() -> str:
+        nonlocal at
+        size = take(">H")
+        at += size
+        return value[at - size:at].decode("utf-8", "replace")
+
+    events = []
+    for _ in range(take(">i")):
+        t, txn = take(">q"), text()
+        fields = {f: take(">d") for f in params["fields"]}
+        flags = {f: bool(take(">?")) for f in params["flags"]}
+        events.append({"t": t, "id": txn, **fields, **flags})
+    fired = {}
+    for _ in range(take(">i")):
+        rule = text()
+        fired[rule] = take(">q")
+    profile = None
+    if take(">?"):
+        time = take(">q")
+        profile = {"time": time, "values": [take(">d") for _ in range(take(">i"))]}
+    return {"recent": events, "fired": fired, "profile": profile}
 
 
 def count_keys(operator: str, keys: Any) -> int:

@@ -31,7 +31,9 @@ event time says ``"late": true``.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from py4j.protocol import Py4JError
@@ -53,6 +55,7 @@ from headrace.realtime import (
     WindowCount,
     apply_rules,
 )
+from headrace.savepoints import IncompatibleStateError, Savepoint
 
 REQUIRED = ("txn_id", "card_id", "user_id", "amount", "event_time", "merchant_id", "lat", "lon",
             "city")
@@ -91,6 +94,11 @@ class RealtimeConfig:
     commit_interval_ms: int = 25
     """The exactly-once sink's transaction length: the most an alert waits, once handled,
     before read_committed consumers can read it (plus one commit round trip)."""
+    from_savepoint: str | None = None
+    """A savepoint (``headrace savepoint create`` of a stopped real-time query's checkpoint)
+    to start from, with a fresh ``checkpoint``: the cards' state as initial state
+    (``apply_rules(from_savepoint=)``; the thresholds may differ) and both topics from the
+    savepoint's offsets (``starting_offsets`` is ignored)."""
 
 
 def fraud_rules(th: Thresholds, profiles_topic: str = "user-profiles",
@@ -230,13 +238,25 @@ def operator_output(spark: SparkSession, cfg: RealtimeConfig) -> DataFrame:
     raw = (spark.readStream.format("kafka")
            .option("kafka.bootstrap.servers", cfg.bootstrap_servers)
            .option("subscribe", f"{cfg.topics.transactions},{cfg.topics.profiles}")
-           .option("startingOffsets", cfg.starting_offsets)
+           .option("startingOffsets", _starting_offsets(cfg))
            .load())
     return apply_rules(input_rows(raw, cfg.topics, cfg.transaction_schema_id,
                                   cfg.profiles_envelope),
                        fraud_rules(cfg.thresholds, cfg.topics.profiles, dead_letters=True),
                        initial_profiles=current_profiles(spark, cfg) if cfg.preload_profiles
-                       else None)
+                       else None, from_savepoint=cfg.from_savepoint)
+
+
+def _starting_offsets(cfg: RealtimeConfig) -> str:
+    """``startingOffsets``: the config's, or where the savepoint's query would have read
+    next in both topics (``IncompatibleStateError`` for a topic it never read)."""
+    if cfg.from_savepoint is None:
+        return cfg.starting_offsets
+    sp = Savepoint(cfg.from_savepoint)
+    merged: dict[str, Any] = {}
+    for topic in (cfg.topics.transactions, cfg.topics.profiles):
+        merged.update(json.loads(sp.starting_offsets(topic)))
+    return json.dumps(merged)
 
 
 def _alert_fields(cfg: RealtimeConfig) -> list[Column]:
@@ -291,7 +311,13 @@ def start(spark: SparkSession, cfg: RealtimeConfig, query_name: str = "fraud-rea
     The session needs ``format("kafka")`` and the rule operator (``local_session`` adds both
     when ``make setup`` built them) and a task slot per source partition plus one per shuffle
     partition (e.g. ``local[8]`` for 4 + 1 topic partitions and 2 shuffle partitions).
-    Raises ``RealtimeError`` when ``exactly_once`` and the sink's jar is not in the session."""
+    Raises ``RealtimeError`` when ``exactly_once`` and the sink's jar is not in the session;
+    with ``from_savepoint``, ``IncompatibleStateError`` for a checkpoint that is not fresh
+    (Spark would take its state and offsets and silently ignore the savepoint's)."""
+    if cfg.from_savepoint is not None and any(Path(cfg.checkpoint, "commits").glob("[0-9]*")):
+        raise IncompatibleStateError(
+            f"checkpoint {cfg.checkpoint} has committed batches: a query starts from a "
+            "savepoint with a fresh checkpoint")
     out = operator_output(spark, cfg)
     if cfg.exactly_once:
         return _start_exactly_once(spark, exactly_once_rows(out, cfg), cfg, query_name)

@@ -26,7 +26,9 @@ import scala.jdk.javaapi.CollectionConverters;
  * that fired for the key within its cool-down (in event time, either direction) stays quiet.
  * A profile row replaces the key's profile unless an older one by profile time; so do the
  * initial profiles (a batch read of the profile topic, applied before the first row when the
- * query starts without a checkpoint). One output row per event that raised at least one rule. Semantics match headrace.pipelines.fraud.rules'
+ * query starts without a checkpoint). The initial state may also hold a savepoint's stored
+ * values (a query started from a savepoint), taken in whatever rule set wrote them
+ * (KeyState's layout maps them by name). One output row per event that raised at least one rule. Semantics match headrace.pipelines.fraud.rules'
  * CardState, the micro-batch path's evaluator, rule for rule.
  */
 public final class RuleProcessor
@@ -41,6 +43,8 @@ public final class RuleProcessor
 
   private final RuleSpec spec;
   private transient ValueState<byte[]> state;
+  private transient KeyState.Layout own;
+  private transient java.util.Map<String, KeyState.Layout> layouts;
 
   public RuleProcessor(RuleSpec spec) {
     this.spec = spec;
@@ -51,15 +55,24 @@ public final class RuleProcessor
     // No TTL (Duration.ZERO) unless asked: TTL needs processing-time mode (Rules.apply).
     TTLConfig ttl = new TTLConfig(Duration.ofMillis(Math.max(0, spec.stateTtlMs)));
     state = getHandle().getValueState("key", Encoders.BINARY(), ttl);
+    own = spec.ownLayout();
+    layouts = new java.util.HashMap<>();
+  }
+
+  /** A stored value (this operator's, either schema version) in this spec's layout. */
+  private KeyState read(byte[] bytes) {
+    return KeyState.fromBytes(bytes, own,
+        h -> layouts.computeIfAbsent(h, x -> spec.layoutOf(x, own)));
+  }
+
+  private void write(KeyState s) {
+    state.update(s.toBytes(spec.header, spec.fieldCols.length, spec.flagCols.length));
   }
 
   @Override
   public scala.collection.Iterator<Row> handleInputRows(
       String key, scala.collection.Iterator<Row> rows, TimerValues timerValues) {
-    int nFields = spec.fieldCols.length;
-    int nFlags = spec.flagCols.length;
-    KeyState s = state.exists() ? KeyState.fromBytes(state.get(), nFields, nFlags)
-        : new KeyState();
+    KeyState s = state.exists() ? read(state.get()) : new KeyState();
     List<Row> events = new ArrayList<>();
     List<Row> passed = new ArrayList<>();
     boolean changed = false;
@@ -86,7 +99,7 @@ public final class RuleProcessor
       }
     }
     if (changed) {
-      state.update(s.toBytes(nFields, nFlags));
+      write(s);
     }
     COUNTS.addAndGet(1, events.size());
     COUNTS.addAndGet(2, out.size() - passed.size());  // alerts only: passed rows are not
@@ -94,13 +107,16 @@ public final class RuleProcessor
   }
 
   @Override
-  public void handleInitialState(String key, Row profile, TimerValues timerValues) {
-    int nFields = spec.fieldCols.length;
-    int nFlags = spec.flagCols.length;
-    KeyState s = state.exists() ? KeyState.fromBytes(state.get(), nFields, nFlags)
-        : new KeyState();
-    if (takeProfile(s, profile, spec.initTime, spec.initProfileCols)) {
-      state.update(s.toBytes(nFields, nFlags));
+  public void handleInitialState(String key, Row initial, TimerValues timerValues) {
+    // a row of the initial state is a savepoint's stored value of the key (STATE_COLUMN)
+    // or an initial profile; a key may have both
+    KeyState s = state.exists() ? read(state.get()) : new KeyState();
+    if (spec.initState >= 0 && !initial.isNullAt(spec.initState)) {
+      s.merge(read((byte[]) initial.get(spec.initState)));
+      write(s);
+    } else if (spec.initTime >= 0 && !initial.isNullAt(spec.initTime)
+        && takeProfile(s, initial, spec.initTime, spec.initProfileCols)) {
+      write(s);
     }
   }
 

@@ -83,9 +83,16 @@ public final class RuleSpec implements Serializable {
   final long stateTtlMs;
   final List<Rule> rules;
   final StructType output;
-  final int initKey;         // columns of the initial profiles (-1 without them)
-  final int initTime;
+  final int initKey;         // columns of the initial state (-1 without it)
+  final int initTime;        // -1: the initial state has no profile columns
   final int[] initProfileCols;
+  final int initState;       // a savepoint's stored value (KeyState bytes), or -1
+  /** The header of this operator's stored values (KeyState, schema version 2). */
+  final String header;
+  private final String[] fieldNames;
+  private final String[] flagNames;
+  private final String[] profileNames;
+  private final String keyName;
 
   private RuleSpec(JsonNode n, StructType input, StructType initial) {
     key = col(input, n.get("key").asText());
@@ -96,6 +103,11 @@ public final class RuleSpec implements Serializable {
     List<String> flags = texts(n.get("flags"));
     List<String> profile = texts(n.get("profile"));
     List<String> carry = texts(n.get("carry"));
+    keyName = n.get("key").asText();
+    fieldNames = fields.toArray(new String[0]);
+    flagNames = flags.toArray(new String[0]);
+    profileNames = profile.toArray(new String[0]);
+    header = header(keyName, fields, flags, profile);
     fieldCols = cols(input, fields);
     flagCols = cols(input, flags);
     profileCols = cols(input, profile);
@@ -119,13 +131,91 @@ public final class RuleSpec implements Serializable {
     output = DataTypes.createStructType(out);
     if (initial != null) {
       initKey = col(initial, n.get("key").asText());
-      initTime = col(initial, n.get("profile_time").asText());
-      initProfileCols = cols(initial, profile);
+      initState = has(initial, STATE_COLUMN) ? col(initial, STATE_COLUMN) : -1;
+      boolean profiles = initState < 0 || has(initial, n.path("profile_time").asText(""));
+      initTime = profiles ? col(initial, n.get("profile_time").asText()) : -1;
+      initProfileCols = profiles ? cols(initial, profile) : new int[0];
     } else {
       initKey = -1;
       initTime = -1;
       initProfileCols = new int[0];
+      initState = -1;
     }
+  }
+
+  /** The initial state's column of stored values (a savepoint's), when it has one. */
+  public static final String STATE_COLUMN = "__state";
+
+  /** The operator's name and schema version in the header of its stored values. */
+  static final String OPERATOR = "realtime.rules";
+  static final int STATE_VERSION = 2;
+
+  private static String header(String key, List<String> fields, List<String> flags,
+      List<String> profile) {
+    // compact JSON with sorted keys, as headrace.savepoints.state.header writes it
+    java.util.TreeMap<String, Object> params = new java.util.TreeMap<>();
+    params.put("fields", fields);
+    params.put("flags", flags);
+    params.put("key", key);
+    params.put("profile", profile);
+    java.util.TreeMap<String, Object> head = new java.util.TreeMap<>();
+    head.put("operator", OPERATOR);
+    head.put("params", params);
+    head.put("version", STATE_VERSION);
+    try {
+      return new ObjectMapper().writeValueAsString(head);
+    } catch (IOException e) {
+      throw new IllegalStateException(e);
+    }
+  }
+
+  /** This spec's own layout of stored values. */
+  KeyState.Layout ownLayout() {
+    return KeyState.Layout.identity(fieldNames.length, flagNames.length, profileNames.length);
+  }
+
+  /**
+   * The layout of values stored under {@code storedHeader}, mapped onto this spec's by name
+   * ({@code own} when the header is this spec's). Throws IllegalStateException for a header
+   * that is not this operator's or of a newer schema version.
+   */
+  KeyState.Layout layoutOf(String storedHeader, KeyState.Layout own) {
+    if (storedHeader.equals(header)) {
+      return own;
+    }
+    try {
+      JsonNode head = new ObjectMapper().readTree(storedHeader);
+      if (!OPERATOR.equals(head.path("operator").asText())
+          || head.path("version").asInt() > STATE_VERSION) {
+        throw new IllegalStateException("stored state " + storedHeader + " is not "
+            + OPERATOR + " state of schema version " + STATE_VERSION + " or older");
+      }
+      JsonNode params = head.path("params");
+      return new KeyState.Layout(
+          mapping(texts(params.get("fields")), fieldNames), fieldNames.length,
+          mapping(texts(params.get("flags")), flagNames), flagNames.length,
+          mapping(texts(params.get("profile")), profileNames), profileNames.length);
+    } catch (IOException e) {
+      throw new IllegalStateException("unreadable state header " + storedHeader, e);
+    }
+  }
+
+  private static int[] mapping(List<String> stored, String[] mine) {
+    List<String> names = List.of(mine);
+    int[] out = new int[stored.size()];
+    for (int i = 0; i < out.length; i++) {
+      out[i] = names.indexOf(stored.get(i));
+    }
+    return out;
+  }
+
+  private static boolean has(StructType schema, String name) {
+    for (StructField f : schema.fields()) {
+      if (f.name().equals(name)) {
+        return true;
+      }
+    }
+    return false;
   }
 
   /**

@@ -15,8 +15,10 @@ public final class Rules {
   /**
    * Groups {@code input} by the spec's key column and runs {@link RuleProcessor} on it
    * (update mode: each alert comes out as soon as its row is handled). {@code initial}
-   * (a batch Dataset, or null) holds profiles to load before the first row: one row per key
-   * with the key, the profile time and the profile fields. The result has columns key, id,
+   * (a batch Dataset, or null) holds the state to load before the first row: profiles (one
+   * row per key with the key, the profile time and the profile fields) and/or a savepoint's
+   * stored values (the key and {@link RuleSpec#STATE_COLUMN}, binary; null on a profile
+   * row). The result has columns key, id,
    * event_time_ms, reasons, score, then the carried columns. Throws IllegalArgumentException
    * naming what is wrong with the spec.
    */

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections import deque
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 import psycopg2
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from headrace.testing import _ServerProcess, scaled
+from headrace.testing import EmbeddedBroker, _ServerProcess, scaled
 
 READY = "headrace cdc streaming "
 
@@ -86,3 +87,20 @@ def query(dsn: str, statement: str) -> list[tuple[Any, ...]]:
             return list(cur.fetchall())
     finally:
         conn.close()
+
+
+def wait_for(predicate: Any, timeout: float = 30.0, what: str = "") -> Any:
+    """``predicate()``'s first truthy value, polled until ``timeout`` (scaled) passes."""
+    deadline = time.monotonic() + scaled(timeout)
+    while True:
+        found = predicate()
+        if found:
+            return found
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def wait_events(broker: EmbeddedBroker, topic: str, count: int) -> list[Any]:
+    """``read_topic`` once it holds at least ``count`` records."""
+    return wait_for(lambda: (e := read_topic(broker.bootstrap_servers, topic))
+                    and len(e) >= count and e, what=f"{count} records on {topic}")

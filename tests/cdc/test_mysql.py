@@ -16,7 +16,7 @@ import pytest
 
 from headrace.testing import EmbeddedBroker, MariaDBServer, scaled
 from tests.cdc.mysql_support import MySqlConnectorProcess, execute, mariadb, query
-from tests.cdc.support import read_topic
+from tests.cdc.support import read_topic, wait_events, wait_for
 
 __all__ = ["mariadb"]  # the module's MariaDB fixture
 
@@ -39,21 +39,6 @@ EXPECTED = {"id": 1, "name": "ada", "amount": "BBo=", "neg": "+iQ=", "f": 0.1, "
             "ti": -128, "ui": 4294967295, "si": -32768, "mi": 16777215}
 
 
-def _wait_for(predicate: Any, timeout: float = 30.0, what: str = "") -> Any:
-    deadline = time.monotonic() + scaled(timeout)
-    while True:
-        found = predicate()
-        if found:
-            return found
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-
-
-def _events(broker: EmbeddedBroker, topic: str, count: int) -> list[Any]:
-    return _wait_for(lambda: (e := read_topic(broker.bootstrap_servers, topic))
-                     and len(e) >= count and e, what=f"{count} records on {topic}")
-
-
 def test_snapshot_and_stream_in_debeziums_mysql_envelope(
         mariadb: MariaDBServer, broker: EmbeddedBroker, name: str) -> None:
     execute(mariadb, f"CREATE DATABASE {name}", f"CREATE TABLE {name}.t ({TYPES})",
@@ -67,8 +52,8 @@ def test_snapshot_and_stream_in_debeziums_mysql_envelope(
                 f"UPDATE {name}.other SET v = 20 WHERE id = 2")
         execute(mariadb, f"DELETE FROM {name}.t WHERE id = 2")
         execute(mariadb, f"UPDATE {name}.t SET id = 5 WHERE id = 1")  # the key changes
-        events = _events(broker, f"{name}.{name}.t", 8)
-        other = _events(broker, f"{name}.{name}.other", 4)
+        events = wait_events(broker, f"{name}.{name}.t", 8)
+        other = wait_events(broker, f"{name}.{name}.other", 4)
     ops = [(k["id"], v and v["op"]) for k, v in events]
     assert ops == [(1, "r"), (2, "c"), (2, "u"), (2, "d"), (2, None), (1, "d"), (1, None),
                    (5, "c")]
@@ -108,13 +93,13 @@ def test_ddl_is_followed_in_the_next_events(mariadb: MariaDBServer, broker: Embe
         execute(mariadb, f"INSERT INTO {table} (id, a, rating) VALUES (2, 'y', 4.5)")
         execute(mariadb, f"ALTER TABLE {table} DROP COLUMN a, MODIFY rating int")
         execute(mariadb, f"UPDATE {table} SET rating = 7 WHERE id = 1")
-        _events(broker, f"{name}.{table}", 3)
+        wait_events(broker, f"{name}.{table}", 3)
         c.kill()  # the shape after a restart comes from the binlog, not from memory
         execute(mariadb, "FLUSH BINARY LOGS")  # and the resume point survives a new file
         c.start()
         execute(mariadb, f"ALTER TABLE {table} ADD COLUMN note text")
         execute(mariadb, f"INSERT INTO {table} VALUES (3, 1, 'n')")
-        events = _events(broker, f"{name}.{table}", 4)
+        events = wait_events(broker, f"{name}.{table}", 4)
     assert [v["after"] for _, v in events] == [
         {"id": 1, "a": "x"}, {"id": 2, "a": "y", "rating": "LQ=="},
         {"id": 1, "rating": 7}, {"id": 3, "rating": 1, "note": "n"}]
@@ -174,7 +159,7 @@ def test_kill_9_of_the_connector_loses_and_doubles_nothing(
                 connector.kill()
                 connector.start()
             moving = writer.transactions
-            _wait_for(lambda: writer.transactions >= moving + 30, 30, "more transactions")
+            wait_for(lambda: writer.transactions >= moving + 30, 30, "more transactions")
         finally:
             writer.stop.set()
             writer.join()
@@ -185,7 +170,7 @@ def test_kill_9_of_the_connector_loses_and_doubles_nothing(
             last = {k: v[-1] for k, v in _versions(events).items()}
             return events if last == final else None
 
-        events = _wait_for(caught_up, 60, "the connector to catch up")
+        events = wait_for(caught_up, 60, "the connector to catch up")
         assert connector.stop() == 0  # SIGTERM: a clean stop
     finally:
         writer.stop.set()
@@ -212,7 +197,7 @@ def test_bad_configuration_is_one_clear_line(mariadb: MariaDBServer, broker: Emb
         dsn = f"mysql://{name}:wrong-s3cret@{mariadb.host}:{mariadb.port}/{name}"
         expected = f"cannot connect to mysql://{name}:***@"
     elif problem == "no broker":
-        table, bootstrap, expected = f"{name}.t", "127.0.0.1:1", "cannot reach Kafka at"
+        table, bootstrap, expected = f"{name}.t", "127.0.0.1:1", "cannot reach the Kafka brokers at"
     elif problem == "minimal binlog metadata":
         table, expected = f"{name}.t", "binlog_row_metadata is MINIMAL: capture needs"
         execute(mariadb, "SET GLOBAL binlog_row_metadata = MINIMAL")
@@ -245,7 +230,7 @@ def test_status_shows_how_far_behind_the_binlog_the_log_is(
             f"CREATE TABLE {name}.busy (id int PRIMARY KEY, pad text)")
     with MySqlConnectorProcess(mariadb.dsn, f"{name}.quiet", broker.bootstrap_servers, name):
         execute(mariadb, f"INSERT INTO {name}.quiet VALUES (1)")
-        _events(broker, f"{name}.{name}.quiet", 1)
+        wait_events(broker, f"{name}.{name}.quiet", 1)
     (file, before), = [r[:2] for r in query(mariadb, "SHOW MASTER STATUS")]
     execute(mariadb, f"INSERT INTO {name}.busy SELECT seq, repeat('x', 1000) "
                      "FROM seq_1_to_1500")  # ~1.5 MB of binlog the connector has not read

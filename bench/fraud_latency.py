@@ -35,8 +35,8 @@ from report import arguments, fmt_int, publish, show_environment, table
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 
-def cell(engine: str, rate: float, duration: float, warmup: float, incidents: float
-         ) -> dict[str, Any]:
+def cell(engine: str, rate: float, duration: float, warmup: float, incidents: float,
+         processes: int = 0) -> dict[str, Any]:
     """One run in this process; the summary as JSON-able figures."""
     from rich.console import Console
 
@@ -48,7 +48,8 @@ def cell(engine: str, rate: float, duration: float, warmup: float, incidents: fl
                                     else "realtime",
                                     exactly_once=engine != "realtime-alo",
                                     check=False, drain_timeout_s=90.0,
-                                    incidents_per_min=incidents),
+                                    incidents_per_min=incidents,
+                                    generator_processes=processes),
                        Console(file=io.StringIO()))
     lat = list(summary.latencies_ms)
     third = max(len(lat) // 3, 1)
@@ -62,6 +63,76 @@ def cell(engine: str, rate: float, duration: float, warmup: float, incidents: fl
             "recall": summary.score.recall, "first_third_p50": median(first) if lat else 0,
             "last_third_p50": median(last) if lat else 0, "stages": stages,
             "repeats": summary.repeats}
+
+
+def _generate_only(config: Any) -> tuple[int, float]:
+    """One shard's stream built flat out, records JSON-encoded, nothing sent: (records,
+    seconds); in a process of its own."""
+    import time
+
+    from headrace.pipelines.fraud.stream import FraudGenerator
+
+    gen = FraudGenerator(config)
+    t0 = time.perf_counter()
+    n = sum(1 for _ in gen.stream(config.start_ms))
+    return n, time.perf_counter() - t0
+
+
+def stage(name: str, rate: float, duration: float, processes: int) -> dict[str, Any]:
+    """The ceiling of one stage, in this process: ``generator`` (records/s built by
+    ``processes`` shard generators, no broker), ``ingest`` (transactions/s the embedded
+    broker acknowledges from them, sent flat out, acks=all, idempotent, lz4), ``spark``
+    (transactions/s the real-time path works off a backlog of ``rate * duration``)."""
+    import multiprocessing
+    import tempfile
+    import time
+
+    from headrace.pipelines.fraud.config import FraudConfig
+    from headrace.pipelines.fraud.load import run_parallel, shard_configs
+    from headrace.testing import EmbeddedBroker
+
+    probe = FraudConfig(seed=7, rate=rate, duration_s=duration)
+    config = FraudConfig(seed=7, rate=rate, duration_s=duration, users=probe.required_users())
+    if name == "generator":
+        with multiprocessing.get_context("spawn").Pool(processes) as pool:
+            done = pool.map(_generate_only, shard_configs(config, processes))
+        return {"stage": name, "processes": processes,
+                "per_s": sum(n for n, _ in done) / max(t for _, t in done)}
+    with EmbeddedBroker() as broker:
+        load = run_parallel(broker.bootstrap_servers, config, processes, realtime=False)
+        if name == "ingest":
+            return {"stage": name, "processes": processes,
+                    "per_s": load.transactions / load.stream_s}
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        from headrace.pipelines.fraud.realtime import RealtimeConfig, start
+        from headrace.realtime import local_counters
+        from headrace.spark.session import local_session
+
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+        for f in admin.create_topics([NewTopic(t, num_partitions=1) for t in
+                                      ("fraud-alerts", "transactions-dlq")]).values():
+            f.result(30)
+        spark = local_session("fraud-stage", master="local[8]")
+        query = start(spark, RealtimeConfig(broker.bootstrap_servers,
+                                            tempfile.mkdtemp(prefix="fraud-stage-"),
+                                            checkpoint_interval="5 minutes"))
+        wanted = load.transactions
+        t0 = None
+        first = 0
+        deadline = time.monotonic() + 900
+        while time.monotonic() < deadline:
+            _, events, _ = local_counters(spark)
+            if events and t0 is None:
+                t0, first = time.monotonic(), events
+            if events >= wanted - load.truth.malformed_count:
+                break
+            time.sleep(0.05)
+        seconds = time.monotonic() - (t0 or time.monotonic())
+        query.stop()
+        spark.stop()
+        return {"stage": name, "processes": processes,
+                "per_s": (events - first) / max(seconds, 1e-9)}
 
 
 def sustained(r: dict[str, Any]) -> bool:
@@ -81,13 +152,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=float, default=15.0, help="seconds before latency counts")
     ap.add_argument("--incidents", type=float, default=60.0,
                     help="incidents of each pattern per minute (each gives timed alerts)")
+    ap.add_argument("--processes", type=int, default=0,
+                    help="generator processes (0: the demo's choice, one per 2,500 tx/s)")
+    ap.add_argument("--stages", default="",
+                    help="instead of latency cells, the ceiling of each stage: generator, "
+                    "ingest, spark (comma-separated)")
+    ap.add_argument("--stage-rate", type=float, default=40000.0,
+                    help="stages: the rate generated (flat out, so only its volume counts: "
+                    "rate x duration transactions)")
     ap.add_argument("--cell", help=argparse.SUPPRESS)  # engine:rate, run in this process
+    ap.add_argument("--stage", help=argparse.SUPPRESS)  # name:processes, in this process
     args = ap.parse_args(argv)
     if args.cell:
         engine, rate = args.cell.split(":")
         print(json.dumps(cell(engine, float(rate), args.duration, args.warmup,
-                              args.incidents)))
+                              args.incidents, args.processes)))
         return 0
+    if args.stage:
+        name, processes = args.stage.split(":")
+        print(json.dumps(stage(name, args.stage_rate, args.duration, int(processes))))
+        return 0
+    if args.stages:
+        return stages(args)
     env = show_environment([f"load average before: {os.getloadavg()[0]:.2f}"])
     rows, stage_rows = [], []
     for rate in (float(r) for r in args.rates.split(",")):
@@ -96,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
             done = subprocess.run(
                 [sys.executable, __file__, "--cell", f"{engine}:{rate:g}", "--duration",
                  str(args.duration), "--warmup", str(args.warmup), "--incidents",
-                 str(args.incidents)],
+                 str(args.incidents), "--processes", str(args.processes)],
                 capture_output=True, text=True, cwd=Path(__file__).parent, check=False)
             lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
             if done.returncode != 0 or not lines:
@@ -136,6 +222,46 @@ def main(argv: list[str] | None = None) -> int:
     ]
     publish("fraud", "Fraud detection latency: real-time and micro-batch paths "
             "(bench/fraud_latency.py)", env, body, notes, args.write_md,
+            args.md_file)
+    return 0
+
+
+def stages(args: argparse.Namespace) -> int:
+    """Each stage alone, in a process of its own, at 1 and ``--processes`` (default 4)
+    generator processes."""
+    env = show_environment([f"load average before: {os.getloadavg()[0]:.2f}"])
+    rows = []
+    counts = sorted({1, args.processes or 4})
+    for name in args.stages.split(","):
+        for processes in counts if name != "spark" else counts[-1:]:
+            print(f"{name} with {processes} generator processes ...", flush=True)
+            done = subprocess.run(
+                [sys.executable, __file__, "--stage", f"{name}:{processes}", "--duration",
+                 str(args.duration), "--stage-rate", str(args.stage_rate)],
+                capture_output=True, text=True, cwd=Path(__file__).parent, check=False)
+            lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+            if done.returncode != 0 or not lines:
+                print(done.stderr[-2000:], flush=True)
+                rows.append([name, str(processes), f"failed (exit {done.returncode})"])
+                continue
+            r = json.loads(lines[-1])
+            print(r, flush=True)
+            rows.append([name, str(processes), fmt_int(r["per_s"])])
+    body = table(["stage", "generator processes", "records/s"], rows)
+    volume = args.stage_rate * args.duration
+    notes = [
+        f"Each stage alone, flat out, on {fmt_int(volume)} transactions (the fraud run of "
+        f"{args.stage_rate:g} tx/s for {args.duration:g} s, split into shards with disjoint "
+        "cards: headrace.pipelines.fraud.load).",
+        "generator: records built and JSON-encoded per second, nothing sent. ingest: "
+        "transactions/s the embedded broker acknowledged (acks=all, idempotent, lz4, "
+        "linger.ms 5, batch.size 1 MB per shard producer). spark: transactions/s the "
+        "real-time path (Kafka source, rule operator, exactly-once sink) worked off that "
+        "backlog, generator stopped.",
+        f"load average after: {os.getloadavg()[0]:.2f}",
+    ]
+    publish("fraud_latency", "Fraud pipeline: the ceiling of each stage "
+            "(bench/fraud_latency.py --stages)", env, body, notes, args.write_md,
             args.md_file)
     return 0
 

@@ -129,6 +129,8 @@ def check_alerts(alerts: list[dict[str, Any]], truth: GroundTruth) -> None:
     reasons: dict[str, set[str]] = {}
     for a in alerts:
         reasons.setdefault(a["card_id"], set()).update(a["reasons"])
-    assert set(reasons) == {i.card_id for i in truth.incidents}
+    # an incident a stopped run cut short may or may not have been alerted
+    cut_short = {i.card_id for i in truth.partial_incidents}
+    assert set(reasons) - cut_short == {i.card_id for i in truth.incidents}
     for incident in truth.incidents:
         assert incident.pattern in reasons[incident.card_id], incident

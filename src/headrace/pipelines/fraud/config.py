@@ -98,6 +98,10 @@ class FraudConfig:
     card_testing: float = 10.0
     profile_updates: float = 20.0
     traveller_share: float = 0.03
+    id_prefix: str = ""
+    """Put in every user and card id (``u<prefix>0000042``, ``c<prefix>00000420``): runs
+    with different prefixes have disjoint cards, so a load generator may run several side by
+    side (``load.py``)."""
 
     def __post_init__(self) -> None:
         def bad(msg: str) -> FraudConfigError:

@@ -8,7 +8,13 @@ time an alert becomes readable minus its transaction's event time. Two engines:
   rules on the JVM operator) writes ``fraud-alerts``; beside it the micro-batch pipeline
   (``pipeline.py``) keeps the late-data side output and the dead letters and writes its
   own alerts to ``fraud-alerts-microbatch``, which checks the real-time path: the summary
-  counts the alerts (card, rule) both paths raised and those only one did;
+  counts the alerts (card, rule) both paths raised and those only one did. The check runs
+  in a Spark application of its own at a lower CPU priority (``checker.py``): the real-time
+  path comes first, the check may lag while traffic flows and catches up after it; above
+  ``CHECK_LIVE_UP_TO`` tx/s it starts only when the traffic stops. (In
+  one session the two also fought for task slots: a Real-Time Mode batch needs all its
+  slots free at once and failed with ``CONCURRENT_SCHEDULER_INSUFFICIENT_SLOT`` when the
+  micro-batch query's tasks held some at a checkpoint boundary.)
 - ``microbatch``: today's micro-batch pipeline alone (alerts to ``fraud-alerts``).
 
 When the real-time path's JVM pieces are missing (no Maven Central at setup), the demo says
@@ -19,26 +25,33 @@ latency percentiles and the check is printed. Topics stay for ``headrace consume
 
 from __future__ import annotations
 
-import contextlib
-import json
+import math
 import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import KafkaError
 from confluent_kafka.admin import AdminClient, NewTopic
 from rich.console import Console
 from rich.live import Live
 
 from headrace.pipelines.errors import PipelineError
 from headrace.pipelines.fraud import avro, profiles_db, realtime
+from headrace.pipelines.fraud.checker import CheckerProcess, CheckerSettings
 from headrace.pipelines.fraud.config import FraudConfig
 from headrace.pipelines.fraud.generator import FraudTopics, run
+from headrace.pipelines.fraud.live_follow import (
+    drain,
+    end_offset,
+    read_up_to,
+    tick,
+    watch_alerts,
+)
 from headrace.pipelines.fraud.live_view import LiveState, LiveSummary, percentile, view
+from headrace.pipelines.fraud.load import run_parallel, shard_configs
 from headrace.pipelines.fraud.pipeline import PipelineConfig, PipelineTopics, start
 from headrace.pipelines.fraud.stream import FraudGenerator
 from headrace.pipelines.fraud.truth import GroundTruth
@@ -46,6 +59,8 @@ from headrace.realtime import local_counters
 
 Engine = Literal["realtime", "microbatch"]
 CHECK_ALERTS_TOPIC = "fraud-alerts-microbatch"
+CHECK_LIVE_UP_TO = 1000.0
+"""tx/s up to which the check runs while the traffic flows."""
 
 
 @dataclass(frozen=True)
@@ -79,10 +94,20 @@ class LiveSettings:
     web_console: bool = True
     """Run ``headrace console`` beside the demo (its URL is printed), with the pipelines'
     metrics plotted live."""
+    generator_processes: int = 0
+    """Processes the generator runs in (``load.py``: shards with disjoint cards), for rates
+    the demo's own process cannot produce beside its other work; 0: one per 2,500 tx/s
+    (``generator_processes_for``)."""
     postgres_dsn: str | None = None
     """User profiles live in this PostgreSQL database's ``users`` table and reach the log
     through CDC. None: an embedded run starts a throwaway PostgreSQL (falling back to the
     generator's profile topic when it can't); an external run uses the profile topic."""
+
+
+def generator_processes_for(rate: float) -> int:
+    """The demo's generator processes at ``rate`` tx/s: one per 2,500 (a Python process
+    sharing the machine with the pipelines keeps that with room to spare), 1 to 8."""
+    return min(max(math.ceil(rate / 2500), 1), 8)
 
 
 def realtime_unavailable() -> str | None:
@@ -104,9 +129,11 @@ def _spark(log: Console, master: str, checkpoint: str) -> Any:
     return local_session("headrace-fraud", master=master, jvm_log=jvm_log)
 
 
-def _web_console(settings: LiveSettings, bootstrap: str, spark: Any, console: Console) -> Any:
+def _web_console(settings: LiveSettings, bootstrap: str, spark: Any, console: Console,
+                 more_metrics: list[str]) -> Any:
     """Start ``headrace console`` on the demo's cluster, its pipeline page fed by the
-    session's query progress; None (and a note) if it cannot start."""
+    session's query progress and ``more_metrics`` (the check's); None (and a note) if it
+    cannot start."""
     if not settings.web_console:
         return None
     from headrace.spark.metrics import serve_pipeline_metrics
@@ -116,7 +143,8 @@ def _web_console(settings: LiveSettings, bootstrap: str, spark: Any, console: Co
         spark, dead_letter_topics={"fraud": settings.topics.dead_letters},
         bootstrap_servers=bootstrap)
     try:
-        web = ConsoleProcess(bootstrap, settings.schema_registry_url or "", [metrics_url],
+        web = ConsoleProcess(bootstrap, settings.schema_registry_url or "",
+                             [metrics_url, *more_metrics],
                              sample_seconds=2.0).start()
     except (EmbeddedBrokerError, OSError) as e:
         console.print(f"[yellow]the web console could not start: {e}[/]")
@@ -135,82 +163,6 @@ def _ensure_output_topics(bootstrap: str, names: list[str]) -> None:
         except Exception as e:  # an existing topic is fine; anything else is not
             if getattr(e.args[0], "code", lambda: None)() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise PipelineError(f"cannot create topic {name}: {e}") from e
-
-
-def _watch_alerts(bootstrap: str, alerts_topic: str, check_topic: str | None,
-                  dead_letters: str, state: LiveState, stop: threading.Event) -> None:
-    """Read alerts (and the check's alerts, and count dead letters) as a read_committed
-    consumer sees them."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "headrace-fraud-demo",
-                         "isolation.level": "read_committed", "enable.auto.commit": False,
-                         "auto.offset.reset": "earliest", "fetch.wait.max.ms": 10})
-    topics = [alerts_topic, dead_letters] + ([check_topic] if check_topic else [])
-    consumer.assign([TopicPartition(t, 0, 0) for t in topics])
-    try:
-        while not stop.is_set():
-            for m in consumer.consume(500, timeout=0.02):
-                if m.error():
-                    continue
-                if m.topic() == dead_letters:
-                    state.dead_letters += 1
-                    continue
-                now = time.time() * 1000
-                alert = json.loads(m.value() or b"{}")
-                if m.topic() == check_topic:
-                    state.checked.update((alert["card_id"], r) for r in alert["reasons"])
-                    continue
-                if alert["txn_id"] in state.alert_ids:
-                    state.repeats += 1
-                    continue
-                state.alert_ids.add(alert["txn_id"])
-                if alert["event_time"] >= state.measure_from_ms:
-                    state.latencies_ms.append(int(now - alert["event_time"]))
-                    if "ingest_ms" in alert:
-                        alert_ms = m.timestamp()[1]
-                        state.stages_ms.append((alert["ingest_ms"] - alert["event_time"],
-                                                alert_ms - alert["ingest_ms"],
-                                                int(now) - alert_ms))
-                state.alerts.appendleft(alert)
-                state.all_alerts.append((alert["card_id"], alert["event_time"],
-                                         alert["reasons"]))
-    finally:
-        consumer.close()
-
-
-def _end_offset(bootstrap: str, topic: str) -> int:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "headrace-fraud-demo"})
-    try:
-        meta = consumer.list_topics(topic, timeout=10).topics[topic]
-        return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                   for p in meta.partitions)
-    finally:
-        consumer.close()
-
-
-def _follow(query: Any, state: LiveState) -> None:
-    """Fold the query's newest progress into the state (lag, rates, observed counts)."""
-    progress = query.lastProgress
-    if not progress or progress["batchId"] < state.batches:
-        return
-    state.batches = progress["batchId"] + 1
-    metrics = progress.get("observedMetrics") or {}
-    if "out" in metrics:
-        state.late += int(metrics["out"]["late"])
-    if "parsed" in metrics:
-        state.parsed += int(metrics["parsed"]["transactions"])
-    state.processed_per_s = float(progress.get("processedRowsPerSecond") or 0.0)
-
-
-def _read_up_to(query: Any, topic: str) -> int:
-    """Offsets of ``topic`` the query has finished (its last progress's end offsets)."""
-    progress = query.lastProgress
-    if not progress:
-        return 0
-    total = 0
-    for src in progress["sources"]:
-        end = json.loads(src.get("endOffset") or "{}")
-        total += sum(int(o) for o in end.get(topic, {}).values())
-    return total
 
 
 def run_live(settings: LiveSettings, console: Console | None = None) -> LiveSummary:
@@ -323,13 +275,44 @@ def _run(settings: LiveSettings, bootstrap: str, console: Console) -> LiveSummar
     # path dead-letters malformed transactions too)
     mb_topics = replace(topics, alerts=CHECK_ALERTS_TOPIC,
                         dead_letters=f"{topics.dead_letters}-check") if rt else topics
+    checker = None
+    # Above CHECK_LIVE_UP_TO tx/s the check starts when the traffic stops: the micro-batch
+    # pipeline cannot keep up with it anyway (about 2k tx/s on 2 cores), and while it tried
+    # it would take CPU from the real-time path even at a lower priority.
+    check_after = settings.rate > CHECK_LIVE_UP_TO
+    if rt and settings.check:  # its JVM starts while the real-time path's does
+        checker = CheckerProcess(CheckerSettings(
+            bootstrap, f"{checkpoint}/microbatch", topics=mb_topics,
+            schema_registry_url=settings.schema_registry_url or "",
+            profiles_envelope=envelope, rate=settings.rate,
+            jvm_log=f"{checkpoint}/spark-check.log")).spawn()
     # Real-Time Mode holds a task slot per source partition (4 + 1) and shuffle partition
-    # (2) for the whole run; the micro-batch pipeline needs a few more.
-    spark = _spark(console, "local[10]" if rt else "local[2]", checkpoint)
-    web = _web_console(settings, bootstrap, spark, console)
+    # (2) for the whole run, and needs them all free at each checkpoint boundary: its
+    # session runs nothing else.
+    try:
+        spark = _spark(console, "local[8]" if rt else "local[2]", checkpoint)
+    except BaseException:
+        if checker is not None:
+            checker.stop()
+        raise
+    if checker is not None:
+        console.print(f"the check (micro-batch pipeline) in a Spark application of its own "
+                      f"at nice {checker.settings.nice}"
+                      + (", once the traffic has stopped" if check_after else "")
+                      + f"; its log: {checker.settings.jvm_log}")
+    web = _web_console(settings, bootstrap, spark, console,
+                       [checker.metrics_url] if checker is not None else [])
     _ensure_output_topics(bootstrap, [topics.alerts, mb_topics.alerts, topics.late,
                                       topics.dead_letters, mb_topics.dead_letters])
-    generator = FraudGenerator(config)
+    processes = settings.generator_processes or generator_processes_for(settings.rate)
+    parallel = processes > 1
+    # one process: the generator here (the live view scores against its truth as it goes)
+    generator, cards_box = None, []
+    if not parallel:
+        generator = FraudGenerator(config)
+        cards_box.append(len(generator.world.cards))
+    users = (sum(c.users for c in shard_configs(config, processes))
+             if parallel else config.users)
     state = LiveState()
     stop = threading.Event()
     gen_topics = FraudTopics(transactions=topics.transactions, profiles=topics.profiles)
@@ -340,7 +323,7 @@ def _run(settings: LiveSettings, bootstrap: str, console: Console) -> LiveSummar
     def profiles_loaded() -> None:
         if capture is not None:  # wait until CDC has brought them into the log
             deadline = time.monotonic() + settings.drain_timeout_s
-            while (_end_offset(bootstrap, topics.profiles) < config.users
+            while (end_offset(bootstrap, topics.profiles) < users
                    and time.monotonic() < deadline):
                 time.sleep(0.2)
         profiles_in.set()
@@ -352,6 +335,18 @@ def _run(settings: LiveSettings, bootstrap: str, console: Console) -> LiveSummar
         console.print(f"transactions as Avro: schema id {encoder.schema_id} "
                       f"(subject {topics.transactions}-value)")
 
+    def generate_in_shards() -> None:
+        def loaded(cards: int) -> None:
+            cards_box.append(cards)
+            profiles_loaded()
+
+        truth_box.append(run_parallel(
+            bootstrap, config, processes, topics=gen_topics,
+            before_stream=loaded, on_progress=lambda n: setattr(state, "sent", n),
+            registry_url=settings.schema_registry_url or "" if encoder else "",
+            postgres_dsn=settings.postgres_dsn or "" if capture else "").truth)
+        state.stream_ended = time.monotonic()
+
     def generate() -> None:
         truth_box.append(run(bootstrap, generator=generator, topics=gen_topics,
                              before_stream=profiles_loaded, stop=stop,
@@ -360,19 +355,22 @@ def _run(settings: LiveSettings, bootstrap: str, console: Console) -> LiveSummar
                              profile_sink=capture.table.write if capture else None))
         state.stream_ended = time.monotonic()
 
-    gen_thread = threading.Thread(target=generate, daemon=True)
+    gen_thread = threading.Thread(target=generate_in_shards if parallel else generate,
+                                  daemon=True)
     gen_thread.start()
-    watcher = threading.Thread(target=_watch_alerts, daemon=True, args=(
+    watcher = threading.Thread(target=watch_alerts, daemon=True, args=(
         bootstrap, topics.alerts, mb_topics.alerts if rt and settings.check else None,
         topics.dead_letters, state, stop))
     watcher.start()
     state.started = time.monotonic()
-    mb_query = None
+    mb_query: Any = None
     try:
         # The profiles are in the log: start the queries (from this thread: PySpark finds
         # format("headrace") from the thread that registered it), so the real-time path
         # meets each card's profile before its first transaction.
-        console.print(f"publishing {config.users} user profiles ...")
+        console.print(f"publishing {users} user profiles"
+                      + (f" from {processes} generator processes"
+                         if parallel else "") + " ...")
         while not profiles_in.wait(0.5):
             if not gen_thread.is_alive():
                 raise PipelineError("the generator stopped before the transactions")
@@ -384,18 +382,23 @@ def _run(settings: LiveSettings, bootstrap: str, console: Console) -> LiveSummar
                 exactly_once=settings.exactly_once,
                 transaction_schema_id=encoder.schema_id if encoder else None,
                 profiles_envelope=envelope)))
-        if not rt or settings.check:
+        if checker is not None:  # it reads the profiles when it gets the CPU
+            if not check_after:
+                checker.start_query()
+            mb_query = checker
+            queries.append(checker)
+        elif not rt:
             mb_query = start(spark, PipelineConfig(
                 bootstrap, f"{checkpoint}/microbatch", topics=mb_topics, trigger_ms=0,
                 schema_registry_url=settings.schema_registry_url or "",
                 profiles_envelope=envelope))
             queries.append(mb_query)
-            wanted = _end_offset(bootstrap, topics.profiles)
+            wanted = end_offset(bootstrap, topics.profiles)
             deadline = time.monotonic() + settings.drain_timeout_s
-            while time.monotonic() < deadline and _read_up_to(mb_query, topics.profiles) < wanted:
+            while time.monotonic() < deadline and read_up_to(mb_query, topics.profiles) < wanted:
                 time.sleep(0.2)
         if rt:
-            _wait_for_realtime_profiles(spark, len(generator.world.cards),
+            _wait_for_realtime_profiles(spark, cards_box[0],
                                         settings.drain_timeout_s)
         state.measure_from_ms = time.time() * 1000 + settings.steady_after_s * 1000
         state.phase = "running"
@@ -405,12 +408,17 @@ def _run(settings: LiveSettings, bootstrap: str, console: Console) -> LiveSummar
         with Live(view(state, settings.engine, settings.rate), console=console,
                   refresh_per_second=2) as live:
             while gen_thread.is_alive() or not truth_box:
-                _tick(queries, mb_query, state, generator, bootstrap, topics)
+                tick(queries, mb_query, state, generator, bootstrap, topics)
                 live.update(view(state, settings.engine, settings.rate))
                 time.sleep(0.5)
             state.truth = truth_box[0]
             state.phase = "draining"
-            _drain(settings, queries, mb_query, state, bootstrap, topics,
+            if checker is not None and check_after:
+                checker.start_query()
+            # the check's first batch reads every profile: 1 s per 1,000 may pass without
+            # a batch done
+            drain(max(settings.drain_timeout_s, users / 1000 if checker else 0.0), queries,
+                  mb_query, state, bootstrap, topics,
                    lambda: live.update(view(state, settings.engine, settings.rate)),
                    (lambda: local_counters(spark)) if rt else None)
             state.phase = "done"
@@ -421,6 +429,8 @@ def _run(settings: LiveSettings, bootstrap: str, console: Console) -> LiveSummar
         spark.sparkContext.setLogLevel("OFF")
         for q in queries:
             q.stop()
+        if checker is not None:  # also when it never got its start
+            checker.stop()
         stop.set()
         go.set()
         watcher.join(5)
@@ -455,50 +465,3 @@ def _wait_for_realtime_profiles(spark: Any, cards: int, timeout_s: float) -> Non
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and local_counters(spark)[0] < cards:
         time.sleep(0.1)
-
-
-def _drain(settings: LiveSettings, queries: list[Any], mb_query: Any, state: LiveState,
-           bootstrap: str, topics: PipelineTopics, refresh: Any,
-           rt_counters: Callable[[], tuple[int, int, int]] | None = None) -> None:
-    """Wait until the pipelines have read everything: the micro-batch query has no lag,
-    the real-time rule operator has handled every parsed transaction and each alert it
-    raised has been read, and the real-time alerts stopped changing for 3 s (or the drain
-    timeout). A quiet spell alone is not enough: Real-Time Mode stalls for seconds at
-    batch boundaries on a loaded machine."""
-    deadline = time.monotonic() + settings.drain_timeout_s
-    sent_txns = _end_offset(bootstrap, topics.transactions)
-    seen, still_since = -1, time.monotonic()
-    while time.monotonic() < deadline:
-        _tick(queries, mb_query, state, None, bootstrap, topics)
-        refresh()
-        if len(state.all_alerts) != seen:
-            seen, still_since = len(state.all_alerts), time.monotonic()
-        mb_done = mb_query is None or (
-            state.lag == 0 and state.parsed + state.dead_letters >= sent_txns)
-        rt_done = True
-        if rt_counters is not None:
-            _, events, raised = rt_counters()
-            rt_done = (events + state.dead_letters >= sent_txns
-                       and raised <= len(state.all_alerts) + state.repeats)
-        if mb_done and rt_done and time.monotonic() - still_since >= 3.0:
-            break
-        time.sleep(0.5)
-    time.sleep(1.0)
-
-
-def _tick(queries: list[Any], mb_query: Any, state: LiveState,
-          generator: FraudGenerator | None, bootstrap: str, topics: PipelineTopics) -> None:
-    for q in queries:
-        if q.exception() is not None:
-            raise PipelineError(f"the pipeline {q.name} failed: {q.exception()}")
-    if mb_query is not None:
-        _follow(mb_query, state)
-        # Lag: what the log holds beyond what the query has finished (the progress's own
-        # latestOffset is where the running batch stops, not where the log ends).
-        state.lag = max(_end_offset(bootstrap, topics.transactions)
-                        - _read_up_to(mb_query, topics.transactions), 0)
-        state.lag_samples.append((time.monotonic() - state.started, state.lag))
-    if generator is not None:
-        # RuntimeError: the generator thread changed it under us; try again next tick.
-        with contextlib.suppress(RuntimeError):
-            state.truth = generator.truth()

@@ -111,6 +111,13 @@ class LiveSummary:
             f"detection latency p50 {self.p50_ms} ms  p99 {self.p99_ms} ms  "
             f"p99.9 {self.p999_ms} ms (event time to alert readable, read_committed)",
         ]
+        if self.stages_ms:
+            parts = [f"{name} {percentile([st[i] for st in self.stages_ms], 0.5)} / "
+                     f"{percentile([st[i] for st in self.stages_ms], 0.99)} ms"
+                     for i, name in enumerate(("event -> record (network, generator)",
+                                               "record -> alert (Spark)",
+                                               "alert -> read (broker, consumer)"))]
+            lines.append("by stage, p50 / p99: " + ", ".join(parts))
         if self.agreement is not None:
             both, rt_only, mb_only = self.agreement
             lines.append(f"checked by the micro-batch path: {both} alerts in both, "

@@ -58,9 +58,10 @@ class User:
     __slots__ = ("anomaly_floor", "avg", "card_ids", "clip", "home", "index", "location", "mu",
                  "sigma", "std", "user_id")
 
-    def __init__(self, index: int, home: int, location: int, avg: float, std: float) -> None:
+    def __init__(self, index: int, home: int, location: int, avg: float, std: float,
+                 id_prefix: str = "") -> None:
         self.index = index
-        self.user_id = f"u{index:07d}"
+        self.user_id = f"u{id_prefix}{index:07d}"
         self.home = home
         self.location = location
         self.card_ids: list[str] = []
@@ -135,9 +136,9 @@ class World:
                 self.travellers.append(i)
             avg = round(min(400.0, max(8.0, rng.lognormvariate(math.log(40.0), 0.6))), 2)
             std = round(avg * rng.uniform(0.25, 0.75), 2)
-            user = User(i, home, location, avg, std)
+            user = User(i, home, location, avg, std, config.id_prefix)
             for k in range(rng.randint(lo, hi)):
-                card_id = f"c{i:07d}{k}"
+                card_id = f"c{config.id_prefix}{i:07d}{k}"
                 user.card_ids.append(card_id)
                 self.cards.append((card_id, i))
             self.users.append(user)

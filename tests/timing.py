@@ -18,12 +18,12 @@ import pytest
 # first green fresh-clone run plus about 15 % (see tests/README.md)
 BUDGETS: dict[str, float] = {
     "spark": 890,
-    "pipelines": 870,
+    "pipelines": 950,
     "integration": 810,
     "streaming": 540,
     "savepoints": 280,
     "differential": 170,
-    "cluster": 280,
+    "cluster": 400,
     "eventsourcing": 130,
     "cdc": 320,
     "registry": 110,

@@ -428,8 +428,11 @@ class PostgresServer:
     """
 
     def __init__(self, settings: dict[str, str] | None = None, host: str = "127.0.0.1") -> None:
-        self.settings = {"wal_level": "logical", "max_replication_slots": "16",
-                         "max_wal_senders": "16", "fsync": "off", **(settings or {})}
+        # Slots and senders for every connector a whole test session starts on one server
+        # (test slots are left behind): 16 ran out once the type matrix came.
+        self.settings = {"wal_level": "logical", "max_replication_slots": "100",
+                         "max_wal_senders": "100", "max_connections": "300", "fsync": "off",
+                         **(settings or {})}
         self.host = host
         self.port = _free_port(host)
         self.dir = Path(tempfile.mkdtemp(prefix="headrace-pg-"))

@@ -107,9 +107,8 @@ def test_mirror_maker_moves_a_topic_its_configs_and_group_offsets_onto_the_clust
     mirror = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     admin = AdminClient({"bootstrap.servers": target})
     try:
-        _wait("both groups' offsets translated", timeout=180, check=lambda: (
-            _committed(target, caught_up, topic_name) == dict.fromkeys(range(PARTITIONS), FIRST)
-            and len(_committed(target, behind, topic_name)) == PARTITIONS))
+        _wait("the caught-up group's offsets translated", timeout=180, check=lambda: (
+            _committed(target, caught_up, topic_name) == dict.fromkeys(range(PARTITIONS), FIRST)))
         _produce(source, topic_name, FIRST, MORE)  # while the mirror runs
         _wait("the new records copied",
               lambda: len(read_all(target, topic_name)) == PARTITIONS * (FIRST + MORE))
@@ -132,8 +131,11 @@ def test_mirror_maker_moves_a_topic_its_configs_and_group_offsets_onto_the_clust
     assert sorted(_read_group(target, caught_up, topic_name, PARTITIONS * MORE)) == sorted(
         f"{p}-{i}" for p in range(PARTITIONS) for i in range(FIRST, FIRST + MORE))
     # One further behind resumes at or before its offset: nothing it had not read is
-    # skipped; what it reads again is at most what it had read.
-    back = _committed(target, behind, topic_name)
+    # skipped; what it reads again is at most what it had read. MirrorMaker translates an
+    # offset only while it keeps an offset sync at or below it (it thins old syncs out), so
+    # such a group may get no offset on the target: it then starts where its
+    # auto.offset.reset says (earliest here), again skipping nothing.
+    back = {p: _committed(target, behind, topic_name).get(p, 0) for p in range(PARTITIONS)}
     assert all(0 <= back[p] <= BEHIND_AT for p in range(PARTITIONS)), back
     again = _read_group(target, behind, topic_name, PARTITIONS * (FIRST + MORE - BEHIND_AT))
     assert len(again) == len(set(again))

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections import deque
@@ -100,7 +101,43 @@ def wait_for(predicate: Any, timeout: float = 30.0, what: str = "") -> Any:
         time.sleep(0.2)
 
 
+def wait_until(predicate: Any, what: str, timeout: float = 90.0) -> None:
+    """Poll ``predicate()`` until it holds; fail naming ``what`` after ``timeout`` (scaled)."""
+    wait_for(predicate, timeout, what)
+
+
 def wait_events(broker: EmbeddedBroker, topic: str, count: int) -> list[Any]:
     """``read_topic`` once it holds at least ``count`` records."""
     return wait_for(lambda: (e := read_topic(broker.bootstrap_servers, topic))
                     and len(e) >= count and e, what=f"{count} records on {topic}")
+
+
+class DebeziumProcess:
+    """Debezium's embedded engine in a JVM run by ``cmd``, printing one event per line
+    (topic, key JSON, value JSON, tab-separated), gathered in ``events`` as they come.
+    ``stop()`` closes its stdin (the engines stop) and returns its stderr."""
+
+    def __init__(self, cmd: list[str]) -> None:
+        self.events: list[tuple[str, Any, Any]] = []
+        self.process = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            topic, key, value = line.rstrip("\n").split("\t", 2)
+            self.events.append((topic, json.loads(key), json.loads(value)))
+
+    def of(self, topic: str) -> list[tuple[Any, Any]]:
+        return [(k, v) for t, k, v in list(self.events) if t == topic]
+
+    def stop(self) -> str:
+        assert self.process.stdin is not None and self.process.stderr is not None
+        self.process.stdin.close()
+        try:
+            self.process.wait(scaled(30))
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        return self.process.stderr.read()

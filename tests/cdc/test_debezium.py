@@ -5,15 +5,9 @@ on key, op, before, after and the source fields both define the same way."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import threading
-import time
-from typing import Any
-
 from headrace import jvm
-from headrace.testing import EmbeddedBroker, PostgresServer, scaled
-from tests.cdc.support import ConnectorProcess, execute, read_topic
+from headrace.testing import EmbeddedBroker, PostgresServer
+from tests.cdc.support import ConnectorProcess, DebeziumProcess, execute, read_topic, wait_until
 
 TYPES = ("id int PRIMARY KEY, name text, amount numeric(10,2), at timestamptz, ts timestamp, "
          "ts3 timestamp(3), d date, tags text[], doc jsonb, raw bytea, u uuid, ok boolean, "
@@ -28,49 +22,20 @@ SOURCE_FIELDS = ("connector", "snapshot", "db", "schema", "table", "xmin", "orig
                  "origin_lsn")
 
 
-class Debezium:
+class Debezium(DebeziumProcess):
     """Debezium's embedded engine capturing ``table`` (a comma-separated include list) on
     slot ``name`` (also its topic prefix); ``props``: more connector properties,
     ``name=value``. ``more``: further captures (table, name, props) in the same JVM."""
 
     def __init__(self, pg: PostgresServer, table: str, name: str, *props: str,
                  more: tuple[tuple[str, str, tuple[str, ...]], ...] = ()) -> None:
-        self.events: list[tuple[str, Any, Any]] = []
         captures: list[str] = [name, table, name, *props]
         for other_table, other_name, other_props in more:
             captures += ["--", other_name, other_table, other_name, *other_props]
-        self.process = subprocess.Popen(
-            [jvm.java_executable(), "-cp", jvm.classpath("debezium"),
-             "io.headrace.debezium.DebeziumCapture", pg.host, str(pg.port), "postgres",
-             "postgres", *captures],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        threading.Thread(target=self._read, daemon=True).start()
+        super().__init__([jvm.java_executable(), "-cp", jvm.classpath("debezium"),
+                          "io.headrace.debezium.DebeziumCapture", pg.host, str(pg.port),
+                          "postgres", "postgres", *captures])
 
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            topic, key, value = line.rstrip("\n").split("\t", 2)
-            self.events.append((topic, json.loads(key), json.loads(value)))
-
-    def of(self, topic: str) -> list[tuple[Any, Any]]:
-        return [(k, v) for t, k, v in list(self.events) if t == topic]
-
-    def stop(self) -> str:
-        assert self.process.stdin is not None and self.process.stderr is not None
-        self.process.stdin.close()
-        try:
-            self.process.wait(scaled(30))
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        return self.process.stderr.read()
-
-
-def _wait(predicate: Any, what: str, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + scaled(timeout)
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.3)
 
 
 def test_events_agree_with_debezium(postgres: PostgresServer, broker: EmbeddedBroker,
@@ -82,13 +47,13 @@ def test_events_agree_with_debezium(postgres: PostgresServer, broker: EmbeddedBr
     try:
         with ConnectorProcess(postgres.dsn, table, broker.bootstrap_servers, name):
             topic_theirs = f"{name}_dbz.{table}"
-            _wait(lambda: debezium.of(topic_theirs), "Debezium's snapshot")
+            wait_until(lambda: debezium.of(topic_theirs), "Debezium's snapshot")
             execute(postgres.dsn, f"UPDATE {table} SET name = 'ADA', amount = 11, "
                                   "tags = '{c}' WHERE id = 1")
             execute(postgres.dsn, f"INSERT INTO {table} (id, name) VALUES (2, 'bob')",
                     f"DELETE FROM {table} WHERE id = 2")
-            _wait(lambda: len(debezium.of(topic_theirs)) >= 5, "Debezium's events")
-            _wait(lambda: len(read_topic(broker.bootstrap_servers, f"{name}.{table}")) >= 5,
+            wait_until(lambda: len(debezium.of(topic_theirs)) >= 5, "Debezium's events")
+            wait_until(lambda: len(read_topic(broker.bootstrap_servers, f"{name}.{table}")) >= 5,
                   "our events")
             ours = read_topic(broker.bootstrap_servers, f"{name}.{table}")
     finally:

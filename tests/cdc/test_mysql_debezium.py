@@ -14,18 +14,14 @@ schema as Confluent's AvroConverter would write it."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import threading
-import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 from headrace import jvm
-from headrace.testing import EmbeddedBroker, MariaDBServer, scaled
+from headrace.testing import EmbeddedBroker, MariaDBServer
 from tests.cdc.mysql_support import MySqlConnectorProcess, execute, mariadb
-from tests.cdc.support import read_topic
+from tests.cdc.support import DebeziumProcess, read_topic, wait_until
 from tests.cdc.test_types import CONNECT_TO_AVRO, avro_topic
 
 __all__ = ["mariadb"]  # the module's MariaDB fixture
@@ -83,46 +79,17 @@ IDENTITY = ("version", "name")
 TIMING = ("ts_ms", "ts_us", "ts_ns")
 
 
-class Debezium:
+class Debezium(DebeziumProcess):
     def __init__(self, db: MariaDBServer, database: str,
                  *captures: tuple[str, str, tuple[str, ...]]) -> None:
         """One engine per capture (topic prefix, table, properties), one JVM."""
-        self.events: list[tuple[str, Any, Any]] = []
         args: list[str] = []
         for i, (prefix, table, properties) in enumerate(captures):
             args += [*(["--"] if i else []), prefix, table, str(5402 + i), *properties]
-        self.process = subprocess.Popen(
-            [jvm.java_executable(), "-cp", jvm.classpath("debezium-mariadb"),
-             "io.headrace.debezium.DebeziumMariaDbCapture", db.host, str(db.port), "root",
-             database, *args],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        threading.Thread(target=self._read, daemon=True).start()
+        super().__init__([jvm.java_executable(), "-cp", jvm.classpath("debezium-mariadb"),
+                          "io.headrace.debezium.DebeziumMariaDbCapture", db.host,
+                          str(db.port), "root", database, *args])
 
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            topic, key, value = line.rstrip("\n").split("\t", 2)
-            self.events.append((topic, json.loads(key), json.loads(value)))
-
-    def of(self, topic: str) -> list[tuple[Any, Any]]:
-        return [(k, v) for t, k, v in list(self.events) if t == topic]
-
-    def stop(self) -> str:
-        assert self.process.stdin is not None and self.process.stderr is not None
-        self.process.stdin.close()
-        try:
-            self.process.wait(scaled(30))
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        return self.process.stderr.read()
-
-
-def _wait(predicate: Any, what: str, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + scaled(timeout)
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.3)
 
 
 def test_events_agree_with_debezium(mariadb: MariaDBServer, broker: EmbeddedBroker,
@@ -142,7 +109,7 @@ def test_events_agree_with_debezium(mariadb: MariaDBServer, broker: EmbeddedBrok
     modes_topics = [(f"{name}{s}.{modes_table}", f"{name}_dbz{s}.{modes_table}")
                     for s, _, _ in MODES]
     try:
-        _wait(lambda: len(debezium.of(topic_theirs)) >= 3, "Debezium's snapshot")
+        wait_until(lambda: len(debezium.of(topic_theirs)) >= 3, "Debezium's snapshot")
         with MySqlConnectorProcess(mariadb.dsn, table, broker.bootstrap_servers, name), \
                 MySqlConnectorProcess(mariadb.dsn, modes_table, broker.bootstrap_servers,
                                       f"{name}{MODES[0][0]}", "--server-id", "5411",
@@ -167,17 +134,17 @@ def test_events_agree_with_debezium(mariadb: MariaDBServer, broker: EmbeddedBrok
                     "(4, 12345, '2024-06-30 23:59:59.9999')",
                     f"DELETE FROM {modes_table} WHERE id = 2")
             expected, modes_expected = 3 + 2 + 3 + 3, 3 + 1 + 1 + 2
-            _wait(lambda: len(debezium.of(topic_theirs)) >= expected, "Debezium's events")
-            _wait(lambda: len(read_topic(broker.bootstrap_servers, f"{name}.{table}"))
+            wait_until(lambda: len(debezium.of(topic_theirs)) >= expected, "Debezium's events")
+            wait_until(lambda: len(read_topic(broker.bootstrap_servers, f"{name}.{table}"))
                   >= expected, "our events")
             for ours_topic, theirs_topic in modes_topics:
-                _wait(_enough(debezium.of, theirs_topic, modes_expected),
+                wait_until(_enough(debezium.of, theirs_topic, modes_expected),
                       f"Debezium's {theirs_topic}")
-                _wait(_enough(lambda t: read_topic(broker.bootstrap_servers, t), ours_topic,
+                wait_until(_enough(lambda t: read_topic(broker.bootstrap_servers, t), ours_topic,
                               modes_expected), f"our {ours_topic}")
-            _wait(_enough(debezium.of, topic_theirs_avro, expected), "Debezium's schemas")
+            wait_until(_enough(debezium.of, topic_theirs_avro, expected), "Debezium's schemas")
             schemas: dict[str, Any] = {}
-            _wait(_enough(lambda t: avro_topic(broker.bootstrap_servers, t, registry.url,
+            wait_until(_enough(lambda t: avro_topic(broker.bootstrap_servers, t, registry.url,
                                                schemas), topic_avro, expected), "our Avro")
             ours = read_topic(broker.bootstrap_servers, f"{name}.{table}")
             ours_avro = avro_topic(broker.bootstrap_servers, topic_avro, registry.url, schemas)

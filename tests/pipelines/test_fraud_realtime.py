@@ -19,6 +19,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
@@ -56,6 +57,19 @@ def realtime_worker(bootstrap: str, tmp_path: Path) -> SparkWorker:
                        "realtime")
 
 
+def _micro_batch_alerts(spark: SparkSession, bootstrap: str,
+                        tmp_path: Path) -> list[dict[str, Any]]:
+    """The micro-batch path's alerts on the same input (to CHECK, in the module's session),
+    run to the end of what is there."""
+    query = start(spark, PipelineConfig(bootstrap, str(tmp_path / "cp-microbatch"),
+                                        topics=PipelineTopics(alerts=CHECK,
+                                                              dead_letters=CHECK_DLQ),
+                                        max_offsets_per_trigger=MAX_OFFSETS,
+                                        available_now=True))
+    query.awaitTermination(scaled(600))
+    assert query.exception() is None, query.exception()
+    return alerts_of(bootstrap, CHECK)
+
 def test_exact_alerts_and_dead_letters_equal_to_the_micro_batch_path(
         spark: SparkSession, tmp_path: Path) -> None:
     with EmbeddedBroker() as broker:
@@ -76,14 +90,7 @@ def test_exact_alerts_and_dead_letters_equal_to_the_micro_batch_path(
         realtime = alerts_of(bootstrap, ALERTS)
         check_alerts(realtime, truth)
         dead = dead_letters(bootstrap, DLQ)
-        query = start(spark, PipelineConfig(bootstrap, str(tmp_path / "cp-microbatch"),
-                                            topics=PipelineTopics(alerts=CHECK,
-                                                                  dead_letters=CHECK_DLQ),
-                                            max_offsets_per_trigger=MAX_OFFSETS,
-                                            available_now=True))
-        query.awaitTermination(scaled(600))
-        assert query.exception() is None, query.exception()
-        microbatch = alerts_of(bootstrap, CHECK)
+        microbatch = _micro_batch_alerts(spark, bootstrap, tmp_path)
         check_alerts(microbatch, truth)
         assert alert_keys(realtime) == alert_keys(microbatch)
         # every malformed transaction, once, with its bytes and coordinates, as the
@@ -189,14 +196,7 @@ def test_kill_9_of_driver_and_broker_alerts_exactly_once(spark: SparkSession,
         alerts = alerts_of(bootstrap, ALERTS)
         uncommitted = read_all(bootstrap, ALERTS, read_committed=False)
         # the micro-batch path on the same input, in the module's session
-        query = start(spark, PipelineConfig(bootstrap, str(tmp_path / "cp-microbatch"),
-                                            topics=PipelineTopics(alerts=CHECK,
-                                                                  dead_letters=CHECK_DLQ),
-                                            max_offsets_per_trigger=MAX_OFFSETS,
-                                            available_now=True))
-        query.awaitTermination(scaled(600))
-        assert query.exception() is None, query.exception()
-        microbatch = alerts_of(bootstrap, CHECK)
+        microbatch = _micro_batch_alerts(spark, bootstrap, tmp_path)
     print(f"{len(alerts)} alerts read_committed, {len(uncommitted)} read_uncommitted, "
           f"{skipped} skipped on replay")
     check_alerts(alerts, truth)

@@ -71,7 +71,8 @@ SOURCE = {"type": "record", "name": "Source", "namespace": "io.debezium.connecto
               {"name": "origin_lsn", "type": ["null", "long"], "default": None}]}
 
 
-def _named(kind: str, name: str, **extra: Any) -> dict[str, Any]:
+def connect_named(kind: str, name: str, **extra: Any) -> dict[str, Any]:
+    """Avro type ``kind`` carrying Kafka Connect's logical type ``name`` (and ``extra``)."""
     return {"type": kind, "connect.name": name, **extra}
 
 
@@ -91,10 +92,10 @@ def _avro_type(oid: int, modifier: int, decimal_mode: str, time_mode: str = "ada
         named = {"hstore": "Json", "ltree": "Ltree"}.get(info.name)
         if info.kind == "e":
             named = "Enum"
-        return _named("string", f"io.debezium.data.{named}") if named else "string"
+        return connect_named("string", f"io.debezium.data.{named}") if named else "string"
     strings = {UUID: "Uuid", JSON: "Json", JSONB: "Json", XML: "Xml", TSVECTOR: "Tsvector"}
     if oid in strings:
-        return _named("string", f"io.debezium.data.{strings[oid]}")
+        return connect_named("string", f"io.debezium.data.{strings[oid]}")
     simple = {BOOL: "boolean", INT2: "int", INT4: "int", INT8: "long", OID: "long",
               FLOAT4: "float", FLOAT8: "double", BYTEA: "bytes"}
     if oid in simple:
@@ -111,27 +112,27 @@ def _avro_type(oid: int, modifier: int, decimal_mode: str, time_mode: str = "ada
                     "connect.name": "io.debezium.data.VariableScaleDecimal",
                     "fields": [{"name": "scale", "type": "int"},
                                {"name": "value", "type": "bytes"}]}
-        return _named("bytes", "org.apache.kafka.connect.data.Decimal",
+        return connect_named("bytes", "org.apache.kafka.connect.data.Decimal",
                       **{"connect.parameters": {"scale": str(scale)}})
     millis = time_mode == "connect" or 0 <= modifier <= 3
     if oid == DATE:
-        return _named("int", "io.debezium.time.Date")
+        return connect_named("int", "io.debezium.time.Date")
     if oid == TIME:
-        return _named("int", "io.debezium.time.Time") if millis else \
-            _named("long", "io.debezium.time.MicroTime")
+        return connect_named("int", "io.debezium.time.Time") if millis else \
+            connect_named("long", "io.debezium.time.MicroTime")
     if oid == TIMESTAMP:
-        return _named("long", "io.debezium.time.Timestamp") if millis else \
-            _named("long", "io.debezium.time.MicroTimestamp")
+        return connect_named("long", "io.debezium.time.Timestamp") if millis else \
+            connect_named("long", "io.debezium.time.MicroTimestamp")
     if oid == TIMESTAMPTZ:
-        return _named("string", "io.debezium.time.ZonedTimestamp")
+        return connect_named("string", "io.debezium.time.ZonedTimestamp")
     if oid == TIMETZ:
-        return _named("string", "io.debezium.time.ZonedTime")
+        return connect_named("string", "io.debezium.time.ZonedTime")
     if oid == INTERVAL:
-        return _named("long", "io.debezium.time.MicroDuration")
+        return connect_named("long", "io.debezium.time.MicroDuration")
     if oid == BIT and modifier == 1:
         return "boolean"
     if oid in (BIT, VARBIT):
-        return _named("bytes", "io.debezium.data.Bits")
+        return connect_named("bytes", "io.debezium.data.Bits")
     if oid == POINT:
         return {"type": "record", "name": "Point", "namespace": "io.debezium.data.geometry",
                 "connect.name": "io.debezium.data.geometry.Point",
@@ -172,7 +173,7 @@ class AvroEncoder:
                                              strict=True) if f is not None}
         key_kinds = dict(kinds)  # the key schema defines its own named types
         defined: set[str] = set()
-        kinds = {c: _once(k, defined) for c, k in kinds.items()}
+        kinds = {c: defined_once(k, defined) for c, k in kinds.items()}
         value_fields = [{"name": c, "type": kinds[c]} if c in table.key and not
                         table.full_identity else
                         {"name": c, "type": ["null", kinds[c]], "default": None}
@@ -189,7 +190,7 @@ class AvroEncoder:
             {"name": "transaction", "type": ["null", "string"], "default": None}]}
         key_defined: set[str] = set()
         key_schema = {"type": "record", "name": "Key", "namespace": namespace,
-                      "fields": [{"name": c, "type": _once(key_kinds[c], key_defined)}
+                      "fields": [{"name": c, "type": defined_once(key_kinds[c], key_defined)}
                                  for c in table.key]}
         topic = f"{self.prefix}.{table.schema}.{table.name}"
         key_id = self._register(f"{topic}-key", key_schema)
@@ -209,7 +210,7 @@ class AvroEncoder:
         return _frame(key_schema, key_id, key), _frame(value_schema, value_id, value)
 
 
-def _once(kind: Any, defined: set[str]) -> Any:
+def defined_once(kind: Any, defined: set[str]) -> Any:
     """``kind`` with each named record after its first definition in a schema replaced
     by its full name (Avro allows one definition per name)."""
     if isinstance(kind, dict) and kind.get("type") == "record":
@@ -219,7 +220,7 @@ def _once(kind: Any, defined: set[str]) -> Any:
         defined.add(full)
         return kind
     if isinstance(kind, dict) and kind.get("type") == "array":
-        return {**kind, "items": ["null", _once(kind["items"][1], defined)]}
+        return {**kind, "items": ["null", defined_once(kind["items"][1], defined)]}
     return kind
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import fastavro
 
-from headrace.cdc.avro import AvroEncoder, _named, _once
+from headrace.cdc.avro import AvroEncoder, connect_named, defined_once
 from headrace.cdc.mysql import Table
 from headrace.cdc.mysql_values import DEFAULT_MODES, ColumnType, Modes
 
@@ -53,31 +53,31 @@ def avro_type(col: ColumnType, modes: Modes = DEFAULT_MODES) -> Any:
     if kind == "decimal":
         if modes.decimal in ("double", "string"):
             return modes.decimal
-        return _named("bytes", "org.apache.kafka.connect.data.Decimal",
+        return connect_named("bytes", "org.apache.kafka.connect.data.Decimal",
                       **{"connect.parameters": {"scale": str(col.scale)}})
     if kind in ("float", "double"):
         return kind
     if kind == "bit":
-        return "boolean" if col.bits == 1 else _named("bytes", "io.debezium.data.Bits")
+        return "boolean" if col.bits == 1 else connect_named("bytes", "io.debezium.data.Bits")
     if kind == "date":
-        return _named("int", "org.apache.kafka.connect.data.Date" if connect else
+        return connect_named("int", "org.apache.kafka.connect.data.Date" if connect else
                       "io.debezium.time.Date")
     if kind == "time":
-        return _named("int", "org.apache.kafka.connect.data.Time") if connect else \
-            _named("long", "io.debezium.time.MicroTime")
+        return connect_named("int", "org.apache.kafka.connect.data.Time") if connect else \
+            connect_named("long", "io.debezium.time.MicroTime")
     if kind == "datetime":
         if connect:
-            return _named("long", "org.apache.kafka.connect.data.Timestamp")
-        return _named("long", "io.debezium.time.Timestamp" if col.fsp <= 3 else
+            return connect_named("long", "org.apache.kafka.connect.data.Timestamp")
+        return connect_named("long", "io.debezium.time.Timestamp" if col.fsp <= 3 else
                       "io.debezium.time.MicroTimestamp")
     if kind == "timestamp":
-        return _named("string", "io.debezium.time.ZonedTimestamp")
+        return connect_named("string", "io.debezium.time.ZonedTimestamp")
     if kind == "year":
-        return _named("int", "io.debezium.time.Year")
+        return connect_named("int", "io.debezium.time.Year")
     if kind == "bytes":
         return "bytes"
     named = {"enum": "Enum", "set": "EnumSet", "json": "Json"}.get(kind)
-    return _named("string", f"io.debezium.data.{named}") if named else "string"
+    return connect_named("string", f"io.debezium.data.{named}") if named else "string"
 
 
 class MySqlAvroEncoder(AvroEncoder):
@@ -106,8 +106,8 @@ class MySqlAvroEncoder(AvroEncoder):
                  for c, t in zip(table.columns, table.types, strict=True)}
         defined: set[str] = set()
         row = {"type": "record", "name": "Value", "namespace": namespace, "fields": [
-            {"name": c, "type": _once(kinds[c], defined)} if c in table.key else
-            {"name": c, "type": ["null", _once(kinds[c], defined)], "default": None}
+            {"name": c, "type": defined_once(kinds[c], defined)} if c in table.key else
+            {"name": c, "type": ["null", defined_once(kinds[c], defined)], "default": None}
             for c in table.columns]}
         envelope = {"type": "record", "name": "Envelope", "namespace": namespace, "fields": [
             {"name": "before", "type": ["null", row], "default": None},

@@ -19,16 +19,19 @@ from rich.table import Table
 
 from headrace.ops.clients import BOOTSTRAP_ENV_VAR, add_client_settings, parse_client_settings
 
-# Piped output is as wide as a table needs (up to this), not wrapped at rich's default of
-# 80 columns: long ids (group member ids) stay on one line for grep and awk.
+# Piped output is as wide as a table needs (up to this, or a wider $COLUMNS), not wrapped
+# at rich's default of 80 columns nor at an inherited narrower $COLUMNS: long ids (group
+# member ids) and status lines stay on one line for grep and awk.
 _PIPE_WIDTH = 250
 
 
 def _width(stream: TextIO) -> int | None:
-    """None (rich's choice: the terminal's width, or $COLUMNS) unless piped."""
-    if stream.isatty() or os.environ.get("COLUMNS"):
+    """None (rich's choice: the terminal's width, or $COLUMNS) on a terminal; piped, the
+    wider of ``_PIPE_WIDTH`` and $COLUMNS."""
+    if stream.isatty():
         return None
-    return _PIPE_WIDTH
+    columns = os.environ.get("COLUMNS", "")
+    return max(_PIPE_WIDTH, int(columns)) if columns.isdigit() else _PIPE_WIDTH
 
 
 stdout = Console(highlight=False, width=_width(sys.stdout))

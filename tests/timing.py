@@ -26,7 +26,7 @@ BUDGETS: dict[str, float] = {
     "cluster": 400,
     "eventsourcing": 130,
     "cdc": 320,
-    "registry": 110,
+    "registry": 130,
     "compat": 110,
     "unit": 120,
     "console": 60,

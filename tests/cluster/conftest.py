@@ -13,7 +13,7 @@ from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from headrace.cluster import KafkaCluster
-from headrace.testing import scaled
+from headrace.testing import PostgresServer, scaled
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,3 +65,10 @@ def produce(bootstrap: str, topic: str, values: list[bytes],
         producer.poll(0)
     assert producer.flush(scaled(60)) == 0
     return outcome
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[PostgresServer]:
+    """A throwaway PostgreSQL (``wal_level=logical``) for the CDC scenarios (~2 s to start)."""
+    with PostgresServer() as pg:
+        yield pg

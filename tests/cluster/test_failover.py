@@ -22,14 +22,17 @@ real clients: acks=all producers, the schema registry, a consumer group.
 from __future__ import annotations
 
 import json
+import random
 import re
 import subprocess
 import sys
 import threading
 import time
+import uuid
 from typing import Any
 
 import httpx
+import psycopg2
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource
@@ -38,7 +41,8 @@ from headrace.cluster import KafkaCluster
 from headrace.eventsourcing import EventStore, Repository, StoreError
 from headrace.pipelines.bank.domain import Account, bank_events
 from headrace.registry.client import RegistryClient, RegistryClientError
-from headrace.testing import ConsoleProcess, SchemaRegistryProcess, scaled
+from headrace.testing import ConsoleProcess, PostgresServer, SchemaRegistryProcess, scaled
+from tests.cdc.support import ConnectorProcess, execute, read_topic, wait_for
 from tests.cluster.conftest import create_topic, produce
 from tests.eventsourcing.conftest import by_aggregate, fold, log_events
 from tests.spark.kafka_helpers import read_all
@@ -311,3 +315,102 @@ def test_event_store_versions_stay_contiguous_across_a_leader_kill(
     assert [e.version for e in events] == list(range(1, 62)), retried
     assert len({e.command_id for e in events}) == 61
     assert fold(events).balance == 600
+
+
+class _TableWriter(threading.Thread):
+    """One PostgreSQL transaction after another (now and then a new row, then one to three
+    bumps of ``v``), each committed change recorded as (op, id, v) in commit order."""
+
+    def __init__(self, dsn: str, table: str) -> None:
+        super().__init__(daemon=True)
+        self.dsn, self.table = dsn, table
+        self.rng = random.Random(33)
+        self.stop = threading.Event()
+        self.committed: list[tuple[str, int, int]] = []
+
+    def run(self) -> None:
+        conn = psycopg2.connect(self.dsn)
+        next_id = 100
+        try:
+            with conn.cursor() as cur:
+                while not self.stop.is_set():
+                    changes: list[tuple[str, int, int]] = []
+                    if self.rng.random() < 0.2:
+                        cur.execute(f"INSERT INTO {self.table} VALUES (%s, 1)", (next_id,))
+                        changes.append(("c", next_id, 1))
+                        next_id += 1
+                    for _ in range(self.rng.randint(1, 3)):
+                        key = self.rng.randrange(20)
+                        cur.execute(f"UPDATE {self.table} SET v = v + 1 WHERE id = %s "
+                                    "RETURNING v", (key,))
+                        changes.append(("u", key, cur.fetchone()[0]))
+                    conn.commit()
+                    self.committed.extend(changes)
+                    time.sleep(0.01)
+        finally:
+            conn.close()
+
+    def wait_for(self, count: int) -> None:
+        deadline = time.monotonic() + scaled(60)
+        while len(self.committed) < count:
+            assert self.is_alive() and time.monotonic() < deadline, len(self.committed)
+            time.sleep(0.05)
+
+
+def test_cdc_from_postgres_loses_and_doubles_nothing_across_broker_kills(
+        healed: KafkaCluster, postgres: PostgresServer) -> None:
+    """``headrace cdc postgres`` on the cluster makes its topics replicated as the cluster
+    says. Under load each broker in turn is killed and restarted, the one leading the
+    events partition first (so the leaders of its events, its offsets topic and its
+    transaction coordinator all die once): the connector rides every failover out. Then
+    the connector itself is killed and restarted, resuming from the offsets the failovers
+    left. The log holds every committed change once, in commit order, and the offsets
+    record counts exactly those."""
+    cluster = healed
+    name = f"t{uuid.uuid4().hex[:10]}"
+    table, topic, offsets = f"{name}.items", f"{name}.{name}.items", "__headrace_cdc_offsets"
+    execute(postgres.dsn, f"CREATE SCHEMA {name}",
+            f"CREATE TABLE {table} (id int PRIMARY KEY, v int NOT NULL)",
+            f"INSERT INTO {table} SELECT g, 1 FROM generate_series(0, 19) g")
+    writer = _TableWriter(postgres.dsn, table)
+    with ConnectorProcess(postgres.dsn, table, cluster.bootstrap_servers, name) as connector:
+        for t in (topic, offsets):
+            assert [sorted(p.replicas) for p in cluster.partitions(t).values()] \
+                == [cluster.broker_ids], t
+        writer.start()
+        try:
+            writer.wait_for(100)
+            first = cluster.leader(topic)
+            for victim in [first, *[b for b in cluster.broker_ids if b != first]]:
+                cluster.kill(victim)
+                cluster.wait_for_leader(topic, not_on=victim)
+                writer.wait_for(len(writer.committed) + 150)
+                cluster.start_broker(victim)
+                cluster.wait_for_isr()
+                assert connector.process is not None and connector.process.poll() is None, \
+                    "".join(connector.output_lines())
+            connector.kill()  # it resumes from the offsets record the failovers left
+            writer.wait_for(len(writer.committed) + 100)
+            connector.start()
+            writer.wait_for(len(writer.committed) + 100)
+        finally:
+            writer.stop.set()
+            writer.join()
+        want = [("r", i, 1) for i in range(20)] + writer.committed
+
+        def caught_up() -> list[Any] | None:
+            events = read_topic(cluster.bootstrap_servers, topic)
+            return events if len(events) >= len(want) else None
+
+        events = wait_for(caught_up, 120, "the connector to catch up")
+    assert all(value is not None for _key, value in events)  # no deletes, no tombstones
+    got = [(v["op"], k["id"], v["after"]["v"]) for k, v in events if v is not None]
+    assert got == want, (f"{len(got)} events for {len(want)} changes: "
+                         f"{len(set(want) - set(got))} missing, "
+                         f"{len(got) - len(set(got))} duplicated")
+    status = subprocess.run(
+        [sys.executable, "-m", "headrace", "cdc", "status", "--dsn", postgres.dsn,
+         "--slot", name, "--bootstrap-servers", cluster.bootstrap_servers],
+        capture_output=True, text=True, timeout=scaled(60), check=False)
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert f"{topic}: {len(want)} change events" in status.stdout, status.stdout

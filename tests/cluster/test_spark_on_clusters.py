@@ -16,6 +16,8 @@ upper-cased.
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import os
 import subprocess
 import sys
@@ -79,6 +81,62 @@ def test_status_reports_both_clusters(clusters: Clusters) -> None:
     assert "brokers running: 1, 2, 3 of 3" in clusters.status
     assert "brokers in the cluster's metadata: 1, 2, 3" in clusters.status
     assert f"{clusters.spark.master_url} (running; 2 of 2 workers running)" in clusters.status
+
+
+T0_MS = 1_800_000_000_000 - 1_800_000_000_000 % 600_000  # a 10-minute window's start
+MINUTE_MS = 60_000
+
+
+def _event(k: str, minute: int, amount: float) -> list[str]:
+    return [k, json.dumps({"k": k, "ts": T0_MS + minute * MINUTE_MS, "amount": amount})]
+
+
+def test_event_time_windows_between_spark_kafka_source_and_sink_on_the_clusters(
+        clusters: Clusters, topic_name: str, tmp_path: Path) -> None:
+    """Spark's own ``format("kafka")`` source and sink on the replicated cluster, with the
+    event-time toolkit's 10-minute windows between them (``windowed``, ``to_topics``), as
+    an application on the standalone master (``tests.spark.spark_workers.scaleout``'s
+    ``kafka_windows``). First step: six cards' events in the first window and one at
+    minute 15 (the watermark moves there); second step: an event at minute 3 (behind the
+    watermark: the late side output) and one at minute 12 (its window stays open). Out
+    come exactly the six closed windows and the one late event."""
+    cluster = clusters.kafka
+    source, results, late = (f"{topic_name}-{s}" for s in ("in", "windows", "late"))
+    create_topic(cluster, source, partitions=3)
+    for t in (results, late):
+        create_topic(cluster, t)
+    cards = "abcdef"
+    first = [_event(k, i + m, amount) for i, k in enumerate(cards)
+             for m, amount in ((1, 1.25), (2, 2.5), (3, 10.0))]
+    steps = [[*first, _event("z", 15, 1.0)], [_event("a", 3, 7.0), _event("b", 12, 1.0)]]
+    plan = [{"name": "windows", "kind": "kafka_windows", "bootstrap": cluster.bootstrap_servers,
+             "topic": source, "results": results, "late": late,
+             "checkpoint": str(tmp_path / "checkpoint"), "steps": steps}]
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    worker = SparkWorker("tests.spark.spark_workers.scaleout",
+                         ["--master", clusters.spark.master_url, "--plan",
+                          str(tmp_path / "plan.json"), "--result", str(tmp_path / "result.json")],
+                         tmp_path, "windows")
+    try:
+        worker.spawn()
+        assert worker.wait_exit(300) == 0, worker.stderr_tail()
+    finally:
+        worker.kill()
+    outcome = json.loads((tmp_path / "result.json").read_text())
+    assert outcome["_session"]["master"] == clusters.spark.master_url
+    assert outcome["windows"]["ok"], outcome["windows"].get("error")
+    rows = [json.loads(m.value()) for m in read_all(cluster.bootstrap_servers, results,
+                                                   timeout=60)]
+    start = dt.datetime.fromtimestamp(T0_MS / 1000, dt.UTC)
+    got = sorted((r["kind"], r["k"], dt.datetime.fromisoformat(r["window_start"]),
+                  dt.datetime.fromisoformat(r["window_end"]), r["count"], r["total"],
+                  r["final"]) for r in rows)
+    assert got == [("result", k, start, start + dt.timedelta(minutes=10), 3, 13.75, True)
+                   for k in cards], rows
+    dropped = [json.loads(m.value()) for m in read_all(cluster.bootstrap_servers, late,
+                                                      timeout=60)]
+    assert [(d["k"], d["ts"], d["amount"]) for d in dropped] \
+        == [("a", T0_MS + 3 * MINUTE_MS, 7.0)], dropped
 
 
 def test_exactly_once_query_on_a_spark_cluster_survives_a_leader_and_a_worker_kill(

@@ -19,7 +19,15 @@ start a local cluster, so one session serves every broker under test):
   "delivery": D, "checkpoint": C}``: a streaming query ``T`` -> ``O`` (values upper-cased)
   through the sink with ``delivery`` D, ``Trigger.AvailableNow``, at most
   ``maxOffsetsPerTrigger`` (job key ``max_offsets``, default 1000) per micro-batch; the
-  result has the number of micro-batches and rows.
+  result has the number of micro-batches and rows;
+- ``{"name": N, "kind": "kafka_windows", "bootstrap": B, "topic": T, "results": R,
+  "late": L, "checkpoint": C, "steps": [[[key, value JSON], ...], ...]}``: the event-time
+  toolkit between Spark's own ``format("kafka")`` source and sink: JSON events
+  (``k string, ts long`` in ms, ``amount double``) windowed per ``k`` in 10-minute tumbling
+  windows (count and sum of ``amount``, watermark at the maximum event time, no allowed
+  lateness), results to ``R`` and late events to ``L`` (``to_topics``). Each step's events
+  are produced to ``T`` (acks=all), then the query runs on checkpoint ``C`` under
+  ``Trigger.AvailableNow``; the result has the micro-batches of each step.
 
 Each job's result is ``{"ok": true, "seconds": S, ...}`` or ``{"ok": false, "error":
 traceback}``; ``result.json`` is rewritten after every job. Progress lines on stdout
@@ -98,7 +106,46 @@ def stream_copy(spark: SparkSession, job: dict[str, Any]) -> dict[str, Any]:
     return {"batches": len(progress), "rows": sum(p["numInputRows"] for p in progress)}
 
 
-JOBS = {"batch_read": batch_read, "stream_copy": stream_copy}
+def kafka_windows(spark: SparkSession, job: dict[str, Any]) -> dict[str, Any]:
+    from confluent_kafka import Producer
+    from pyspark.sql import functions as F
+
+    from headrace.streaming import configure, count, sum_of, to_topics, tumbling, windowed
+
+    configure(spark)
+    events = (spark.readStream.format("kafka")
+              .option("kafka.bootstrap.servers", job["bootstrap"])
+              .option("subscribe", job["topic"])
+              .option("startingOffsets", "earliest")
+              .load()
+              .select(F.from_json(F.col("value").cast("string"),
+                                  "k string, ts long, amount double").alias("e"))
+              .select("e.*", F.timestamp_millis("e.ts").alias("event_time")))
+    out = windowed(events, keys=["k"], event_time="event_time", window=tumbling("10 minutes"),
+                   aggs=[count(), sum_of("amount", "total")], watermark=0)
+    producer = Producer({"bootstrap.servers": job["bootstrap"], "acks": "all"})
+    batches = []
+    for step in job["steps"]:
+        for key, value in step:
+            producer.produce(job["topic"], value.encode(), key.encode())
+        if producer.flush(scaled(60)):
+            raise TimeoutError("the step's events were not acknowledged")
+        query = (to_topics(out, ["k"], job["results"], job["late"]).writeStream
+                 .format("kafka")
+                 .option("kafka.bootstrap.servers", job["bootstrap"])
+                 .option("checkpointLocation", job["checkpoint"])
+                 .trigger(availableNow=True)
+                 .start())
+        if not query.awaitTermination(STREAM_TIMEOUT_S):
+            query.stop()
+            raise TimeoutError(f"the query did not finish within {STREAM_TIMEOUT_S:g} s")
+        if query.exception() is not None:
+            raise RuntimeError(str(query.exception()))
+        batches.append(len(query.recentProgress))
+    return {"batches": batches}
+
+
+JOBS = {"batch_read": batch_read, "stream_copy": stream_copy, "kafka_windows": kafka_windows}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,6 +12,11 @@ the second micro-batch one of the two Spark workers is killed with ``kill -9`` (
 goes with it, and the driver re-runs its tasks on the other). The query must end on its
 own, and a read_committed consumer must then see every input value exactly once,
 upper-cased.
+
+Before that, with both Spark workers: one application on the master runs the event-time
+toolkit between Spark's own ``format("kafka")`` source and sink (exact windows and late
+events) and the fraud pipeline's micro-batch path over a generated run (exactly the
+injected incidents alerted, each once).
 """
 
 from __future__ import annotations
@@ -22,16 +27,20 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from headrace.cluster import KafkaCluster, SparkCluster
+from headrace.pipelines.fraud.truth import GroundTruth
 from headrace.testing import scaled
 from tests.cluster.conftest import REPO_ROOT, create_topic, produce
+from tests.pipelines.fraud_support import alerts_of, check_alerts, check_patterns, generate
 from tests.spark.kafka_helpers import read_all
 from tests.spark.spark_workers.supervisor import SparkWorker
 
@@ -85,58 +94,101 @@ def test_status_reports_both_clusters(clusters: Clusters) -> None:
 
 T0_MS = 1_800_000_000_000 - 1_800_000_000_000 % 600_000  # a 10-minute window's start
 MINUTE_MS = 60_000
+CARDS = "abcdef"
 
 
 def _event(k: str, minute: int, amount: float) -> list[str]:
     return [k, json.dumps({"k": k, "ts": T0_MS + minute * MINUTE_MS, "amount": amount})]
 
 
-def test_event_time_windows_between_spark_kafka_source_and_sink_on_the_clusters(
-        clusters: Clusters, topic_name: str, tmp_path: Path) -> None:
-    """Spark's own ``format("kafka")`` source and sink on the replicated cluster, with the
-    event-time toolkit's 10-minute windows between them (``windowed``, ``to_topics``), as
-    an application on the standalone master (``tests.spark.spark_workers.scaleout``'s
-    ``kafka_windows``). First step: six cards' events in the first window and one at
+@dataclass(frozen=True)
+class AppRun:
+    """One application on the standalone master (``tests.spark.spark_workers.scaleout``)
+    that ran the jobs below in turn: one driver and executor start-up for both."""
+
+    results: dict[str, Any]
+    topics: dict[str, str]
+    truth: GroundTruth
+
+    def job(self, name: str) -> dict[str, Any]:
+        found = self.results.get(name)
+        assert found is not None, f"job {name} did not run: {list(self.results)}"
+        assert found["ok"], found["error"]
+        return found
+
+
+@pytest.fixture(scope="module")
+def app_run(clusters: Clusters, tmp_path_factory: pytest.TempPathFactory) -> AppRun:
+    """The event-time toolkit between Spark's own ``format("kafka")`` source and sink
+    (job ``windows``: ``kafka_windows``) and the fraud pipeline's micro-batch path over a
+    generated run (job ``fraud``), both against the replicated cluster.
+
+    ``windows``' first step: six cards' events in the first 10-minute window and one at
     minute 15 (the watermark moves there); second step: an event at minute 3 (behind the
-    watermark: the late side output) and one at minute 12 (its window stays open). Out
-    come exactly the six closed windows and the one late event."""
+    watermark: the late side output) and one at minute 12 (its window stays open)."""
+    work = tmp_path_factory.mktemp("apps")
     cluster = clusters.kafka
-    source, results, late = (f"{topic_name}-{s}" for s in ("in", "windows", "late"))
-    create_topic(cluster, source, partitions=3)
-    for t in (results, late):
-        create_topic(cluster, t)
-    cards = "abcdef"
-    first = [_event(k, i + m, amount) for i, k in enumerate(cards)
+    bootstrap = cluster.bootstrap_servers
+    topics = {s: f"cluster-windows-{s}-{uuid.uuid4().hex[:8]}" for s in ("in", "out", "late")}
+    create_topic(cluster, topics["in"], partitions=3)
+    create_topic(cluster, topics["out"])
+    create_topic(cluster, topics["late"])
+    first = [_event(k, i + m, amount) for i, k in enumerate(CARDS)
              for m, amount in ((1, 1.25), (2, 2.5), (3, 10.0))]
     steps = [[*first, _event("z", 15, 1.0)], [_event("a", 3, 7.0), _event("b", 12, 1.0)]]
-    plan = [{"name": "windows", "kind": "kafka_windows", "bootstrap": cluster.bootstrap_servers,
-             "topic": source, "results": results, "late": late,
-             "checkpoint": str(tmp_path / "checkpoint"), "steps": steps}]
-    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    # 1,500 transactions, 500 per micro-batch: each pattern injected twice, late records
+    # from 20 s of arrivals on (the first micro-batch spans 10 s)
+    truth = generate(bootstrap, seed=11, rate=50, duration=30)
+    check_patterns(truth)
+    plan = [{"name": "windows", "kind": "kafka_windows", "bootstrap": bootstrap,
+             "topic": topics["in"], "results": topics["out"], "late": topics["late"],
+             "checkpoint": str(work / "windows"), "steps": steps},
+            {"name": "fraud", "kind": "fraud", "bootstrap": bootstrap,
+             "checkpoint": str(work / "fraud"), "max_offsets": 500}]
+    (work / "plan.json").write_text(json.dumps(plan))
+    result = work / "result.json"
     worker = SparkWorker("tests.spark.spark_workers.scaleout",
                          ["--master", clusters.spark.master_url, "--plan",
-                          str(tmp_path / "plan.json"), "--result", str(tmp_path / "result.json")],
-                         tmp_path, "windows")
+                          str(work / "plan.json"), "--result", str(result)], work, "apps")
     try:
         worker.spawn()
-        assert worker.wait_exit(300) == 0, worker.stderr_tail()
+        assert worker.wait_exit(600) == 0 and result.exists(), worker.stderr_tail()
     finally:
         worker.kill()
-    outcome = json.loads((tmp_path / "result.json").read_text())
-    assert outcome["_session"]["master"] == clusters.spark.master_url
-    assert outcome["windows"]["ok"], outcome["windows"].get("error")
-    rows = [json.loads(m.value()) for m in read_all(cluster.bootstrap_servers, results,
+    results = json.loads(result.read_text())
+    assert results["_session"]["master"] == clusters.spark.master_url
+    return AppRun(results, topics, truth)
+
+
+def test_event_time_windows_between_spark_kafka_source_and_sink_on_the_clusters(
+        clusters: Clusters, app_run: AppRun) -> None:
+    """Out of the ``windows`` job come exactly the six closed windows and the late event."""
+    app_run.job("windows")
+    bootstrap = clusters.kafka.bootstrap_servers
+    rows = [json.loads(m.value()) for m in read_all(bootstrap, app_run.topics["out"],
                                                    timeout=60)]
     start = dt.datetime.fromtimestamp(T0_MS / 1000, dt.UTC)
     got = sorted((r["kind"], r["k"], dt.datetime.fromisoformat(r["window_start"]),
                   dt.datetime.fromisoformat(r["window_end"]), r["count"], r["total"],
                   r["final"]) for r in rows)
     assert got == [("result", k, start, start + dt.timedelta(minutes=10), 3, 13.75, True)
-                   for k in cards], rows
-    dropped = [json.loads(m.value()) for m in read_all(cluster.bootstrap_servers, late,
+                   for k in CARDS], rows
+    dropped = [json.loads(m.value()) for m in read_all(bootstrap, app_run.topics["late"],
                                                       timeout=60)]
     assert [(d["k"], d["ts"], d["amount"]) for d in dropped] \
         == [("a", T0_MS + 3 * MINUTE_MS, 7.0)], dropped
+
+
+def test_fraud_micro_batch_pipeline_on_the_clusters_alerts_exactly(
+        clusters: Clusters, app_run: AppRun) -> None:
+    """The fraud pipeline's micro-batch path, the code of one machine, over a generated
+    run on the replicated cluster: exactly the injected incidents are alerted, each once,
+    and the pipeline's topics are replicated as the cluster says."""
+    assert app_run.job("fraud")["batches"] >= 3
+    bootstrap = clusters.kafka.bootstrap_servers
+    check_alerts(alerts_of(bootstrap), app_run.truth)
+    for topic in ("transactions", "fraud-alerts"):
+        assert {len(p.replicas) for p in clusters.kafka.partitions(topic).values()} == {3}
 
 
 def test_exactly_once_query_on_a_spark_cluster_survives_a_leader_and_a_worker_kill(

@@ -27,7 +27,11 @@ start a local cluster, so one session serves every broker under test):
   windows (count and sum of ``amount``, watermark at the maximum event time, no allowed
   lateness), results to ``R`` and late events to ``L`` (``to_topics``). Each step's events
   are produced to ``T`` (acks=all), then the query runs on checkpoint ``C`` under
-  ``Trigger.AvailableNow``; the result has the micro-batches of each step.
+  ``Trigger.AvailableNow``; the result has the micro-batches of each step;
+- ``{"name": N, "kind": "fraud", "bootstrap": B, "checkpoint": C, "max_offsets": M}``: the
+  fraud pipeline's micro-batch path (``headrace.pipelines.fraud.pipeline``) over its
+  topics on ``B`` under ``Trigger.AvailableNow``, ``M`` transactions per micro-batch; the
+  result has the number of micro-batches.
 
 Each job's result is ``{"ok": true, "seconds": S, ...}`` or ``{"ok": false, "error":
 traceback}``; ``result.json`` is rewritten after every job. Progress lines on stdout
@@ -145,7 +149,24 @@ def kafka_windows(spark: SparkSession, job: dict[str, Any]) -> dict[str, Any]:
     return {"batches": batches}
 
 
-JOBS = {"batch_read": batch_read, "stream_copy": stream_copy, "kafka_windows": kafka_windows}
+def fraud(spark: SparkSession, job: dict[str, Any]) -> dict[str, Any]:
+    from headrace.pipelines.fraud.pipeline import PipelineConfig, start
+    from headrace.streaming import configure
+
+    configure(spark)
+    query = start(spark, PipelineConfig(job["bootstrap"], job["checkpoint"],
+                                        max_offsets_per_trigger=job["max_offsets"],
+                                        available_now=True))
+    if not query.awaitTermination(scaled(400)):
+        query.stop()
+        raise TimeoutError(f"the pipeline did not finish; last progress: {query.lastProgress}")
+    if query.exception() is not None:
+        raise RuntimeError(str(query.exception()))
+    return {"batches": len(query.recentProgress)}
+
+
+JOBS = {"batch_read": batch_read, "stream_copy": stream_copy, "kafka_windows": kafka_windows,
+        "fraud": fraud}
 
 
 def main(argv: list[str] | None = None) -> int:

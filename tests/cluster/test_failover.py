@@ -34,7 +34,7 @@ from typing import Any
 import httpx
 import psycopg2
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from headrace.cluster import KafkaCluster
@@ -414,3 +414,55 @@ def test_cdc_from_postgres_loses_and_doubles_nothing_across_broker_kills(
         capture_output=True, text=True, timeout=scaled(60), check=False)
     assert status.returncode == 0, status.stdout + status.stderr
     assert f"{topic}: {len(want)} change events" in status.stdout, status.stdout
+
+
+def _group_lag(bootstrap: str, group: str, topic: str) -> tuple[list[tuple[int, ...]], str]:
+    """``headrace groups describe``'s (partition, committed, log end, lag) rows for
+    ``topic``, and its whole output."""
+    done = subprocess.run([sys.executable, "-m", "headrace", "groups", "describe", group,
+                           "-b", bootstrap], capture_output=True, text=True,
+                          timeout=scaled(90), check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = re.findall(rf"{re.escape(topic)}\W+(\d+)\W+(\d+)\W+(\d+)\W+(\d+)\W", done.stdout)
+    return sorted(tuple(int(x) for x in row) for row in rows), done.stdout
+
+
+def test_group_lag_reads_the_same_with_the_leader_and_the_coordinator_killed(
+        healed: KafkaCluster, topic_name: str) -> None:
+    """``headrace groups describe`` on the cluster: each partition's committed offset, log
+    end and lag once (not once per replica), and the same while the broker leading every
+    partition is down, then while the group's coordinator is down too."""
+    cluster = healed
+    create_topic(cluster, topic_name, partitions=3, leader=1)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"})
+    for p in range(3):
+        for i in range(30):
+            producer.produce(topic_name, b"%d" % i, partition=p)
+    assert producer.flush(scaled(60)) == 0
+    group = f"{topic_name}-group"
+    committer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": group})
+    deadline = time.monotonic() + scaled(60)
+    try:
+        while True:  # a fresh cluster's coordinator may still be loading
+            try:
+                committer.commit(offsets=[TopicPartition(topic_name, p, 10 * (p + 1))
+                                          for p in range(3)], asynchronous=False)
+                break
+            except KafkaException as e:
+                assert e.args[0].retriable() and time.monotonic() < deadline, e
+                time.sleep(0.2)
+    finally:
+        committer.close()
+    want = [(0, 10, 30, 20), (1, 20, 30, 10), (2, 30, 30, 0)]
+    rows, out = _group_lag(cluster.bootstrap_servers, group, topic_name)
+    assert rows == want, out
+    assert "Total lag: 30" in out
+
+    cluster.kill(1)
+    rows, out = _group_lag(cluster.bootstrap_servers, group, topic_name)
+    assert rows == want, out
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    coordinator = admin.describe_consumer_groups([group])[group].result(scaled(30)).coordinator.id
+    cluster.kill(coordinator)
+    rows, out = _group_lag(cluster.bootstrap_servers, group, topic_name)
+    assert rows == want, out

@@ -13,6 +13,7 @@ An ``AdminSession`` wraps one confluent-kafka ``AdminClient``. Contracts its sub
 from __future__ import annotations
 
 import concurrent.futures
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
@@ -31,6 +32,9 @@ from headrace.ops.errors import KafkaRequestError, OpsError
 TopicPart = tuple[str, int]
 # Where ListOffsets looks: the log start, the log end, or a timestamp (ms since the epoch).
 OffsetQuery = Literal["earliest", "latest"] | int
+# librdkafka's offset for a partition no leader answered for (RD_KAFKA_OFFSET_INVALID)
+_NO_ANSWER = -1001
+_RETRY_S = 0.2
 # Kafka error code -> the error to raise instead of a generic KafkaRequestError.
 KnownErrors = Mapping[int, OpsError]
 
@@ -71,15 +75,41 @@ class AdminSession:
     ) -> dict[TopicPart, int]:
         """Kafka's ListOffsets for each partition: the log start offset (``"earliest"``), the
         log end offset (``"latest"``), or the first offset whose record timestamp is at or
-        after ``at`` ms (-1 when no record's is). The partitions must exist."""
+        after ``at`` ms (-1 when no record's is). The partitions must exist.
+
+        On a cluster a partition's leader may be dead and not yet replaced (until the
+        controller fences it): librdkafka then answers offset -1001 without an error. Such
+        partitions are asked again (the metadata refreshed) until a live leader answers,
+        for up to ``timeout`` after the first answer;
+        ``KafkaRequestError`` after that, never -1001 as if it were an offset."""
         spec = OffsetSpec.for_timestamp(at) if isinstance(at, int) else _named_spec(at)
-        request = {TopicPartition(t, p): spec for t, p in partitions}
-        futures = self._admin.list_offsets(request, request_timeout=self._timeout)
+        wanted = [TopicPartition(t, p) for t, p in partitions]
         offsets: dict[TopicPart, int] = {}
-        for tp, future in futures.items():
-            where = f"listing offsets of {tp.topic}-{tp.partition}"
-            offsets[(tp.topic, tp.partition)] = self._call(future, where).offset
-        return offsets
+        deadline: float | None = None
+        while True:
+            futures = self._admin.list_offsets({tp: spec for tp in wanted},
+                                               request_timeout=self._timeout)
+            unanswered: list[TopicPartition] = []
+            for tp, future in futures.items():
+                where = f"listing offsets of {tp.topic}-{tp.partition}"
+                offset = self._call(future, where).offset
+                if offset == _NO_ANSWER:
+                    unanswered.append(TopicPartition(tp.topic, tp.partition))
+                else:
+                    offsets[(tp.topic, tp.partition)] = offset
+            if not unanswered:
+                return offsets
+            if deadline is None:  # the first answer may itself have waited out the dead leader
+                deadline = time.monotonic() + self._timeout
+            if time.monotonic() >= deadline:
+                names = ", ".join(f"{tp.topic}-{tp.partition}" for tp in unanswered)
+                raise KafkaRequestError(f"listing offsets of {names}: no leader answered "
+                                        f"within {self._timeout:g} s")
+            wanted = unanswered
+            time.sleep(_RETRY_S)
+            # librdkafka keeps asking the leader it cached: a metadata request replaces it
+            for topic in {tp.topic for tp in unanswered}:
+                self._admin.list_topics(topic, timeout=max(0.1, deadline - time.monotonic()))
 
     def _call(
         self,

@@ -16,7 +16,13 @@ real clients: acks=all producers, the schema registry, a consumer group.
   replica;
 - the event store keeps every aggregate's versions contiguous, each command applied once,
   while the leader of its partition is killed and restarted (appends whose outcome was
-  unknown retried with their command id, as its contract says).
+  unknown retried with their command id, as its contract says);
+- ``headrace cdc postgres`` under load rides out each broker killed in turn (the leaders
+  of its events and offsets topics and its transaction coordinator among them) and a
+  kill -9 of itself: every committed change in the log once, in commit order;
+- ``headrace groups describe`` reports each partition's committed offset, log end and
+  lag exactly while the broker leading the partitions, then the group's coordinator, is
+  down (it showed log end -1001 and a negative lag).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ClusterMetadata, OffsetSpec
 
 from headrace.ops.clients import (
@@ -35,6 +35,14 @@ OffsetQuery = Literal["earliest", "latest"] | int
 # librdkafka's offset for a partition no leader answered for (RD_KAFKA_OFFSET_INVALID)
 _NO_ANSWER = -1001
 _RETRY_S = 0.2
+# librdkafka's failures for a partition whose leader is gone (``_NOENT``: "Failed to query
+# partition leaders: No leaders found"): not flagged retriable, yet each only means a
+# failover is under way
+_LEADERLESS = frozenset({KafkaError._NOENT, KafkaError.LEADER_NOT_AVAILABLE,
+                         KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.FENCED_LEADER_EPOCH})
+# A group's coordinator moving to another broker (or loading the group after a move)
+_COORDINATOR_MOVING = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
+                                 KafkaError.COORDINATOR_LOAD_IN_PROGRESS})
 # Kafka error code -> the error to raise instead of a generic KafkaRequestError.
 KnownErrors = Mapping[int, OpsError]
 
@@ -78,8 +86,9 @@ class AdminSession:
         after ``at`` ms (-1 when no record's is). The partitions must exist.
 
         On a cluster a partition's leader may be dead and not yet replaced (until the
-        controller fences it): librdkafka then answers offset -1001 without an error. Such
-        partitions are asked again (the metadata refreshed) until a live leader answers,
+        controller fences it): librdkafka then answers offset -1001 without an error, or
+        fails with "No leaders found" (or another retriable error). Such partitions are
+        asked again (the metadata refreshed) until a live leader answers,
         for up to ``timeout`` after the first answer;
         ``KafkaRequestError`` after that, never -1001 as if it were an offset."""
         spec = OffsetSpec.for_timestamp(at) if isinstance(at, int) else _named_spec(at)
@@ -90,9 +99,17 @@ class AdminSession:
             futures = self._admin.list_offsets({tp: spec for tp in wanted},
                                                request_timeout=self._timeout)
             unanswered: list[TopicPartition] = []
+            last_error = ""
             for tp, future in futures.items():
                 where = f"listing offsets of {tp.topic}-{tp.partition}"
-                offset = self._call(future, where).offset
+                try:
+                    offset = wait_future(future, self._timeout, where).offset
+                except KafkaException as e:
+                    error = kafka_error(e)
+                    if error.code() not in _LEADERLESS and not error.retriable():
+                        raise translate(error.code(), None, f"{where}: {error_text(error)}") \
+                            from e
+                    offset, last_error = _NO_ANSWER, f" ({error_text(error)})"
                 if offset == _NO_ANSWER:
                     unanswered.append(TopicPartition(tp.topic, tp.partition))
                 else:
@@ -104,7 +121,7 @@ class AdminSession:
             if time.monotonic() >= deadline:
                 names = ", ".join(f"{tp.topic}-{tp.partition}" for tp in unanswered)
                 raise KafkaRequestError(f"listing offsets of {names}: no leader answered "
-                                        f"within {self._timeout:g} s")
+                                        f"within {self._timeout:g} s{last_error}")
             wanted = unanswered
             time.sleep(_RETRY_S)
             # librdkafka keeps asking the leader it cached: a metadata request replaces it
@@ -124,6 +141,34 @@ class AdminSession:
         except KafkaException as e:
             error = kafka_error(e)
             raise translate(error.code(), known, f"{what}: {error_text(error)}") from e
+
+
+    def _call_coordinated(
+        self,
+        request: Callable[[], concurrent.futures.Future[Any]],
+        what: str,
+        known: KnownErrors | None = None,
+    ) -> Any:
+        """``_call`` for a request a group coordinator answers: on a cluster the coordinator
+        moves when its broker dies (and loads the group's state after a move), and
+        librdkafka hands NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE and
+        COORDINATOR_LOAD_IN_PROGRESS back instead of retrying. ``request()`` is sent
+        again until another answer comes, for up to ``timeout`` after the first one."""
+        deadline: float | None = None
+        while True:
+            try:
+                return wait_future(request(), self._timeout, what)
+            except KafkaException as e:
+                error = kafka_error(e)
+                if error.code() not in _COORDINATOR_MOVING:
+                    raise translate(error.code(), known, f"{what}: {error_text(error)}") from e
+                if deadline is None:
+                    deadline = time.monotonic() + self._timeout
+                if time.monotonic() >= deadline:
+                    raise translate(error.code(), known,
+                                    f"{what}: no coordinator answered within "
+                                    f"{self._timeout:g} s ({error_text(error)})") from e
+                time.sleep(_RETRY_S)
 
 
 def _named_spec(name: Literal["earliest", "latest"]) -> OffsetSpec:

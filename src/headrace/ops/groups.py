@@ -180,9 +180,11 @@ class GroupAdmin(AdminSession):
             group_id,
             None if partitions is None else [TopicPartition(t, p) for t, p in partitions],
         )
-        futures = self._admin.list_consumer_group_offsets([request], request_timeout=self._timeout)
         what = f"reading the committed offsets of group {group_id!r}"
-        result = self._call(futures[group_id], what, _group_errors(group_id))
+        result = self._call_coordinated(
+            lambda: self._admin.list_consumer_group_offsets(
+                [request], request_timeout=self._timeout)[group_id],
+            what, _group_errors(group_id))
         offsets: dict[TopicPart, int] = {}
         for tp in result.topic_partitions or []:
             _check_partition(tp, what)
@@ -218,10 +220,10 @@ class GroupAdmin(AdminSession):
         self._call(futures[group_id], f"deleting group {group_id!r}", known)
 
     def _describe(self, group_id: str) -> Any:
-        futures = self._admin.describe_consumer_groups([group_id], request_timeout=self._timeout)
-        return self._call(
-            futures[group_id], f"describing group {group_id!r}", _group_errors(group_id)
-        )
+        return self._call_coordinated(
+            lambda: self._admin.describe_consumer_groups(
+                [group_id], request_timeout=self._timeout)[group_id],
+            f"describing group {group_id!r}", _group_errors(group_id))
 
 
 def _group_errors(group_id: str, active: str | None = None) -> KnownErrors:

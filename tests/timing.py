@@ -23,7 +23,7 @@ BUDGETS: dict[str, float] = {
     "streaming": 540,
     "savepoints": 280,
     "differential": 170,
-    "cluster": 400,
+    "cluster": 540,
     "eventsourcing": 130,
     "cdc": 320,
     "registry": 130,

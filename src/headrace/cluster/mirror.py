@@ -58,9 +58,11 @@ def mirror_properties(source: str, target: str, topics: str, groups: str,
         # An offset sync for every record copied: a group's offset translates to the
         # record it stopped at, not to the last of a sparse set of syncs before it. The
         # last sync of a batch is written when the task commits, every flush interval
-        # (Kafka's default, 60 s, would hold a group's exact offset back that long).
+        # (Kafka's default, 60 s, would hold a group's exact offset back that long). A
+        # worker setting: MirrorMaker ignores it at the top level and gives its herders'
+        # workers only the target cluster's settings ("target.").
         "offset.lag.max": "0",
-        "offset.flush.interval.ms": str(interval_s * 1000),
+        f"{TARGET}.offset.flush.interval.ms": str(interval_s * 1000),
         # ACLs are not copied: the embedded broker runs without an authorizer by default.
         "sync.topic.acls.enabled": "false",
     }

@@ -3,6 +3,9 @@ mirror``) copies a topic, its configs and its consumer groups' committed offsets
 embedded headrace broker onto the replicated cluster, and consumers switched over resume
 where they were: a group that had read everything reads exactly the records that came
 after, a group further behind reads again at most what it had read, never skipping one.
+And the other way round: the cluster's topic, config and group copied down onto a fresh
+headrace broker, which then hosts MirrorMaker's Connect workers (their compacted internal
+topics, heartbeats, checkpoints) and takes the translated group offsets.
 """
 
 from __future__ import annotations
@@ -13,13 +16,16 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from headrace.cluster import KafkaCluster
+from headrace.cluster.mirror import MirrorMaker
 from headrace.testing import EmbeddedBroker, scaled
+from tests.cluster.conftest import create_topic
 from tests.spark.kafka_helpers import read_all
 
 pytestmark = pytest.mark.slow
@@ -141,3 +147,56 @@ def test_mirror_maker_moves_a_topic_its_configs_and_group_offsets_onto_the_clust
     assert len(again) == len(set(again))
     assert set(again) == {f"{p}-{i}" for p in range(PARTITIONS)
                           for i in range(back[p], FIRST + MORE)}
+
+
+def _produce_keyed(bootstrap: str, topic: str, start: int, count: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"})
+    for i in range(start, start + count):
+        for p in range(PARTITIONS):
+            producer.produce(topic, f"{p}-{i}".encode(), key=f"k{i}".encode(), partition=p,
+                             headers=[("n", str(i).encode()), ("p", str(p).encode())])
+    assert producer.flush(scaled(30)) == 0
+
+
+def _records(bootstrap: str, topic: str) -> dict[int, list[tuple[bytes, bytes, list[Any]]]]:
+    """Every record of ``topic`` by partition, in offset order: (key, value, headers)."""
+    got: dict[int, list[tuple[bytes, bytes, list[Any]]]] = {p: [] for p in range(PARTITIONS)}
+    for m in read_all(bootstrap, topic):
+        got[m.partition()].append((m.key(), m.value(), list(m.headers() or [])))
+    return got
+
+
+def test_mirror_maker_copies_a_cluster_down_onto_a_headrace_broker(
+        kafka_cluster: KafkaCluster, topic_name: str, tmp_path: Path) -> None:
+    source = kafka_cluster.bootstrap_servers
+    create_topic(kafka_cluster, topic_name, PARTITIONS, config={"retention.ms": "86400000"})
+    _produce_keyed(source, topic_name, 0, FIRST)
+    group = f"{topic_name}-down"
+    _commit(source, group, topic_name, FIRST)
+
+    expected = {p: [(f"k{i}".encode(), f"{p}-{i}".encode(),
+                     [("n", str(i).encode()), ("p", str(p).encode())])
+                    for i in range(FIRST + MORE)] for p in range(PARTITIONS)}
+    with EmbeddedBroker() as laptop:
+        target = laptop.bootstrap_servers
+        mirror = MirrorMaker(source, target, tmp_path / "mm2", topics=re.escape(topic_name),
+                             groups=re.escape(group))
+        try:
+            mirror.start()
+            _wait("the group's offsets translated", timeout=180, check=lambda: (
+                _committed(target, group, topic_name) == dict.fromkeys(range(PARTITIONS), FIRST)))
+            _produce_keyed(source, topic_name, FIRST, MORE)  # while the mirror runs
+            _wait("the new records copied", lambda: (
+                len(read_all(target, topic_name)) == PARTITIONS * (FIRST + MORE)))
+            assert mirror.alive()
+        finally:
+            mirror.stop()
+        log = mirror.output()
+        assert _records(target, topic_name) == expected, log
+        admin = AdminClient({"bootstrap.servers": target})
+        resource = ConfigResource("topic", topic_name)
+        configs = admin.describe_configs([resource])[resource].result(scaled(10))
+        assert configs["retention.ms"].value == "86400000"
+        assert sorted(_read_group(target, group, topic_name, PARTITIONS * MORE)) == sorted(
+            f"{p}-{i}" for p in range(PARTITIONS) for i in range(FIRST, FIRST + MORE))
+        assert " ERROR " not in log, log

@@ -26,6 +26,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -82,10 +83,8 @@ def stage(name: str, rate: float, duration: float, processes: int) -> dict[str, 
     """The ceiling of one stage, in this process: ``generator`` (records/s built by
     ``processes`` shard generators, no broker), ``ingest`` (transactions/s the embedded
     broker acknowledges from them, sent flat out, acks=all, idempotent, lz4), ``spark``
-    (transactions/s the real-time path works off a backlog of ``rate * duration``)."""
+    (``_spark_stage``: profiles, then transactions, each worked off a backlog)."""
     import multiprocessing
-    import tempfile
-    import time
 
     from headrace.pipelines.fraud.config import FraudConfig
     from headrace.pipelines.fraud.load import run_parallel, shard_configs
@@ -98,41 +97,89 @@ def stage(name: str, rate: float, duration: float, processes: int) -> dict[str, 
             done = pool.map(_generate_only, shard_configs(config, processes))
         return {"stage": name, "processes": processes,
                 "per_s": sum(n for n, _ in done) / max(t for _, t in done)}
-    with EmbeddedBroker() as broker:
-        load = run_parallel(broker.bootstrap_servers, config, processes, realtime=False)
-        if name == "ingest":
+    if name == "ingest":
+        with EmbeddedBroker() as broker:
+            load = run_parallel(broker.bootstrap_servers, config, processes, realtime=False)
             return {"stage": name, "processes": processes,
                     "per_s": load.transactions / load.stream_s}
-        from confluent_kafka.admin import AdminClient, NewTopic
+    return _spark_stage(config, processes)
 
-        from headrace.pipelines.fraud.realtime import RealtimeConfig, start
-        from headrace.realtime import local_counters
-        from headrace.spark.session import local_session
 
+def _jvm(spark: Any) -> Any:
+    """The session's JVM process (psutil), the one Spark's tasks run in (local mode)."""
+    import psutil  # type: ignore[import-untyped]
+
+    launcher = psutil.Process(spark.sparkContext._gateway.proc.pid)
+    return next(p for p in (launcher, *launcher.children(recursive=True))
+                if "java" in p.name())
+
+
+def _cpu_s(process: Any) -> float:
+    t = process.cpu_times()
+    return float(t.user + t.system)
+
+
+def _spark_stage(config: Any, processes: int) -> dict[str, Any]:
+    """The real-time path's stage in two phases, each from a backlog: the profiles (the
+    query started once they are in the log, until its operator holds every card's), then
+    the transactions (the query stopped at a checkpoint, the whole stream published, the
+    query restarted from its checkpoint). Rows/s and the Spark JVM's CPU seconds per
+    1,000 rows of each; CPU is what to compare on a shared machine."""
+    import tempfile
+    import time
+
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from headrace.pipelines.fraud.load import run_parallel
+    from headrace.pipelines.fraud.realtime import RealtimeConfig, start
+    from headrace.realtime import local_counters
+    from headrace.spark.session import local_session
+    from headrace.testing import EmbeddedBroker
+
+    def until(done: Any, timeout_s: float = 900) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not done() and time.monotonic() < deadline:
+            time.sleep(0.5)
+
+    result: dict[str, Any] = {"stage": "spark", "processes": processes}
+    with EmbeddedBroker() as broker:
         admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
         for f in admin.create_topics([NewTopic(t, num_partitions=1) for t in
                                       ("fraud-alerts", "transactions-dlq")]).values():
             f.result(30)
         spark = local_session("fraud-stage", master="local[8]")
-        query = start(spark, RealtimeConfig(broker.bootstrap_servers,
-                                            tempfile.mkdtemp(prefix="fraud-stage-"),
-                                            checkpoint_interval="5 minutes"))
-        wanted = load.transactions
-        t0 = None
-        first = 0
-        deadline = time.monotonic() + 900
-        while time.monotonic() < deadline:
-            _, events, _ = local_counters(spark)
-            if events and t0 is None:
-                t0, first = time.monotonic(), events
-            if events >= wanted - load.truth.malformed_count:
-                break
-            time.sleep(0.05)
-        seconds = time.monotonic() - (t0 or time.monotonic())
+        jvm = _jvm(spark)
+        cfg = RealtimeConfig(broker.bootstrap_servers, tempfile.mkdtemp(prefix="fraud-stage-"),
+                             checkpoint_interval="5 seconds")
+
+        def profiles(cards: int) -> None:
+            cpu0, t0 = _cpu_s(jvm), time.monotonic()
+            query = start(spark, cfg)
+            until(lambda: local_counters(spark)[0] >= cards)
+            result.update(profiles=cards, profiles_per_s=cards / (time.monotonic() - t0),
+                          profiles_cpu_per_1k=(_cpu_s(jvm) - cpu0) / cards * 1000)
+            # stop once a checkpoint holds them all, so the restart does not read them again
+            batch = query.lastProgress["batchId"] if query.lastProgress else -1
+            until(lambda: query.lastProgress is not None
+                  and query.lastProgress["batchId"] > batch)
+            query.stop()
+
+        load = run_parallel(broker.bootstrap_servers, config, processes, realtime=False,
+                            before_stream=profiles)
+        wanted = load.transactions - load.truth.malformed_count
+        _, before, _ = local_counters(spark)
+        query = start(spark, replace(cfg, checkpoint_interval="5 minutes"))
+        # timed from the first transaction handled: the restart's planning is not the stage's
+        until(lambda: local_counters(spark)[1] > before)
+        _, first, _ = local_counters(spark)
+        cpu0, t0 = _cpu_s(jvm), time.monotonic()
+        until(lambda: local_counters(spark)[1] - before >= wanted)
+        seconds, cpu = time.monotonic() - t0, _cpu_s(jvm) - cpu0
+        events = local_counters(spark)[1] - first
         query.stop()
         spark.stop()
-        return {"stage": name, "processes": processes,
-                "per_s": (events - first) / max(seconds, 1e-9)}
+    return {**result, "per_s": events / max(seconds, 1e-9),
+            "cpu_per_1k": cpu / max(events, 1) * 1000}
 
 
 def sustained(r: dict[str, Any]) -> bool:
@@ -246,8 +293,14 @@ def stages(args: argparse.Namespace) -> int:
                 continue
             r = json.loads(lines[-1])
             print(r, flush=True)
-            rows.append([name, str(processes), fmt_int(r["per_s"])])
-    body = table(["stage", "generator processes", "records/s"], rows)
+            if name == "spark":
+                rows.append(["spark (profiles)", str(processes),
+                             f"{fmt_int(r['profiles_per_s'])} card rows/s",
+                             f"{r['profiles_cpu_per_1k']:.3f}"])
+            rows.append([name, str(processes), fmt_int(r["per_s"]),
+                         f"{r['cpu_per_1k']:.3f}" if "cpu_per_1k" in r else "-"])
+    body = table(["stage", "generator processes", "records/s",
+                  "Spark JVM CPU s / 1k records"], rows)
     volume = args.stage_rate * args.duration
     notes = [
         f"Each stage alone, flat out, on {fmt_int(volume)} transactions (the fraud run of "
@@ -257,7 +310,9 @@ def stages(args: argparse.Namespace) -> int:
         "transactions/s the embedded broker acknowledged (acks=all, idempotent, lz4, "
         "linger.ms 5, batch.size 1 MB per shard producer). spark: transactions/s the "
         "real-time path (Kafka source, rule operator, exactly-once sink) worked off that "
-        "backlog, generator stopped.",
+        "backlog, generator stopped, and the Spark JVM's CPU seconds per 1,000 of them (the "
+        "figure to compare on a shared machine); spark (profiles): before the transactions, "
+        "the profiles' card rows into the operator's state, the same way.",
         f"load average after: {os.getloadavg()[0]:.2f}",
     ]
     publish("fraud_latency", "Fraud pipeline: the ceiling of each stage "

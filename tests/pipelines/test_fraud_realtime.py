@@ -26,6 +26,7 @@ from pyspark.sql import SparkSession
 
 from headrace.pipelines.fraud.generator import run
 from headrace.pipelines.fraud.pipeline import PipelineConfig, PipelineTopics, start
+from headrace.pipelines.fraud.realtime import input_rows
 from headrace.pipelines.fraud.truth import GroundTruth
 from headrace.testing import ApacheKafka, EmbeddedBroker, scaled
 from tests.pipelines.fraud_support import (
@@ -178,6 +179,22 @@ def worker_skipped(worker: SparkWorker) -> int:
     """The sink's skipped-row count the worker's incarnation last reported."""
     said = [e for e in worker.events() if e.startswith("skipped ")]
     return int(said[-1].split()[1]) if said else 0
+
+
+@pytest.mark.parametrize(("schema_id", "decoders"), [
+    (None, {"from_json(": 2, "from_avro(": 0}),
+    (1, {"from_json(": 1, "from_avro(": 1})])
+def test_each_record_is_decoded_once_by_its_topics_decoder(
+        spark: SparkSession, schema_id: int | None, decoders: dict[str, int]) -> None:
+    """The real-time path's input plan decodes a record once: one decoder per topic (the
+    transactions' JSON or Avro, the profiles' JSON), not one per reference to a field (the
+    plan had 130 ``from_json``, about twenty parses per transaction)."""
+    raw = spark.createDataFrame([], "topic string, key binary, value binary, partition int, "
+                                "offset long, timestamp timestamp")
+    rows = input_rows(raw, PipelineTopics(), transaction_schema_id=schema_id,
+                      profiles_envelope="debezium")
+    plan = rows._jdf.queryExecution().executedPlan().toString()
+    assert {name: plan.count(name) for name in decoders} == decoders
 
 
 @pytest.mark.timeout(900)  # Spark applications in turn, ~5 min

@@ -6,6 +6,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import HealthCheck, settings
 from pyspark.sql import SparkSession
 
 from headrace.spark.session import local_session
@@ -14,6 +15,14 @@ from headrace.testing import ApacheKafka, EmbeddedBroker, SchemaRegistryProcess,
 pytest_plugins = ["tests.timing"]
 
 AnyBroker = EmbeddedBroker | ApacheKafka
+
+# Hypothesis's own clock checks (200 ms per example, "input generation is slow") are
+# assertions on wall-clock speed: on a busy machine (three xdist workers, another Spark job)
+# they failed properties that hold. Every property test runs without them; a test's own
+# @settings still set the rest.
+settings.register_profile("headrace", deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("headrace")
 
 
 @pytest.hookimpl(trylast=True)

@@ -8,7 +8,6 @@ import tempfile
 from pathlib import Path
 from typing import Annotated
 
-import pyarrow.parquet as pq
 import typer
 from rich.markup import escape
 
@@ -63,6 +62,9 @@ def inspect_command(
     """What a savepoint holds: operators (state schema version, keys, bytes), offsets per
     topic-partition, watermark, sink markers; with ``--operator``, its state per key.
     Reads files only (no Spark); ``Savepoint(path).state(spark, id)`` gives a DataFrame."""
+    # here, not at the top: pyarrow is a third of the start-up of every other command
+    import pyarrow.parquet as pq
+
     from headrace.savepoints import Savepoint
     from headrace.savepoints.create import JVM_KEY, JVM_STATE
     from headrace.savepoints.state import decode, jvm_state, per_key

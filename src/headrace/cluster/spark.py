@@ -17,8 +17,6 @@ import tempfile
 from pathlib import Path
 from types import TracebackType
 
-import pyspark
-
 from headrace.cluster.errors import ClusterError
 from headrace.cluster.process import NodeProcess, free_port
 
@@ -58,6 +56,10 @@ class SparkCluster:
 
     @staticmethod
     def spark_home() -> Path:
+        # imported here: the ``headrace`` command imports this module for ``headrace
+        # cluster``, and pyspark's import would slow every other command's start
+        import pyspark
+
         return Path(pyspark.__file__).resolve().parent
 
     def _env(self) -> dict[str, str]:

@@ -12,7 +12,7 @@ from typing import Any
 import pymysql
 import pytest
 
-from headrace.testing import MariaDBServer, _ServerProcess
+from headrace.testing import MariaDBServer, ServerProcess
 
 READY = "headrace cdc streaming "
 
@@ -24,7 +24,7 @@ def mariadb() -> Iterator[MariaDBServer]:
         yield db
 
 
-class MySqlConnectorProcess(_ServerProcess):
+class MySqlConnectorProcess(ServerProcess):
     """``headrace cdc mysql`` as a subprocess; ``kill()`` is SIGKILL."""
 
     def __init__(self, dsn: str, tables: str, bootstrap: str, name: str, *extra: str) -> None:

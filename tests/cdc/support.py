@@ -15,12 +15,12 @@ from typing import Any
 import psycopg2
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from headrace.testing import EmbeddedBroker, _ServerProcess, scaled
+from headrace.testing import EmbeddedBroker, ServerProcess, scaled
 
 READY = "headrace cdc streaming "
 
 
-class ConnectorProcess(_ServerProcess):
+class ConnectorProcess(ServerProcess):
     """``headrace cdc postgres`` as a subprocess; ``kill()`` is SIGKILL. ``env``: more
     environment (e.g. ``HEADRACE_COMMAND_CONFIG``, the client settings file)."""
 

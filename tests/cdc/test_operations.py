@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from headrace.testing import EmbeddedBroker, PostgresServer, _free_port, scaled
+from headrace.testing import EmbeddedBroker, PostgresServer, free_port, scaled
 from tests.cdc.support import ConnectorProcess, execute, query
 
 SECRET = "hunter2-not-for-logs"
@@ -23,7 +23,7 @@ def _cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
 
 def test_an_unreachable_database_is_one_line_without_the_password(
         broker: EmbeddedBroker) -> None:
-    dsn = (f"host=127.0.0.1 port={_free_port('127.0.0.1')} user=cdc dbname=shop "
+    dsn = (f"host=127.0.0.1 port={free_port('127.0.0.1')} user=cdc dbname=shop "
            f"password={SECRET}")
     done = _cli("postgres", "--dsn", dsn, "--tables", "public.t", "--bootstrap-servers",
                 broker.bootstrap_servers, "--timeout-seconds", "2")
@@ -38,7 +38,7 @@ def test_an_unreachable_database_is_one_line_without_the_password(
 def test_unreachable_brokers_are_one_line_after_the_timeout(
         postgres: PostgresServer, name: str) -> None:
     execute(postgres.dsn, f"CREATE SCHEMA {name}", f"CREATE TABLE {name}.t (id int PRIMARY KEY)")
-    nowhere = f"127.0.0.1:{_free_port('127.0.0.1')}"
+    nowhere = f"127.0.0.1:{free_port('127.0.0.1')}"
     started = time.monotonic()
     done = _cli("postgres", "--dsn", f"{postgres.dsn} password={SECRET}", "--tables",
                 f"{name}.t", "--bootstrap-servers", nowhere, "--slot", name, "--publication",

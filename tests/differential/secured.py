@@ -27,7 +27,7 @@ from confluent_kafka.admin import (
 )
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
-from headrace.testing import ApacheKafka, EmbeddedBroker, _free_port, scaled
+from headrace.testing import ApacheKafka, EmbeddedBroker, free_port, scaled
 from tests.differential.conftest import KAFKA_CONFIGS
 from tests.integration.rawclient import RawClient
 
@@ -89,7 +89,7 @@ def prepare(s: Secured) -> None:
 @contextmanager
 def kafka_secured() -> Iterator[Secured]:
     k = ApacheKafka(configs=KAFKA_CONFIGS)
-    sasl_port = _free_port(k.host)
+    sasl_port = free_port(k.host)
     jaas = "org.apache.kafka.common.security.plain.PlainLoginModule required " + " ".join(
         f'user_{u}="{p}"' for u, p in USERS.items()) + ";"
     k.configs.update({

@@ -53,7 +53,7 @@ from kafka.structs import TopicPartition as KpTopicPartition
 from headrace.broker.security.acls import AclBinding as StoredBinding
 from headrace.broker.security.scram import make_credential
 from headrace.protocol.records import build_batch
-from headrace.testing import EmbeddedBroker, _free_port, scaled
+from headrace.testing import EmbeddedBroker, free_port, scaled
 from tests.integration import attacks
 from tests.integration.legacy_layout import acl_record, credential_record, write_legacy_layout
 from tests.integration.rawclient import RawClient
@@ -137,7 +137,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 
 @pytest.fixture(scope="module")
 def secured(pki: Pki) -> Iterator[Secured]:
-    ports = {name: _free_port("127.0.0.1") for name in (*LISTENERS, *OWN_CLIENT_AUTH)}
+    ports = {name: free_port("127.0.0.1") for name in (*LISTENERS, *OWN_CLIENT_AUTH)}
     args = [a for name in LISTENERS for a in ("--listener", f"{name}://127.0.0.1:{ports[name]}")]
     # Two more with their own client auth: a SASL_SSL one asking for certificates too
     # (a broker config), an SSL one asking for none (an option of the listener).
@@ -392,7 +392,7 @@ def test_a_data_dir_of_the_old_layout_is_migrated(tmp_path: Path) -> None:
     any_op = StoredBinding(4, "kafka-cluster", 3, "User:mallory", "*", 1, 3)
     write_legacy_layout(tmp_path, [credential_record("admin", admin)],
                         [acl_record(good), acl_record(any_op)])
-    sasl_port = _free_port("127.0.0.1")
+    sasl_port = free_port("127.0.0.1")
     with EmbeddedBroker(data_dir=tmp_path, extra_args=[
             "--listener", "PLAINTEXT://127.0.0.1:0", "--listener",
             f"SASL_PLAINTEXT://127.0.0.1:{sasl_port}", "--authorizer",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from headrace.testing import SchemaRegistryProcess, _free_port, scaled
+from headrace.testing import SchemaRegistryProcess, free_port, scaled
 from tests.registry.schemas import USER_BREAKING, USER_V1, USER_V2
 
 
@@ -51,12 +51,12 @@ def test_schemas_commands(registry: SchemaRegistryProcess, subject: str,
     assert gone.returncode == 1 and "not found" in gone.stderr
     bad = cli("schemas", "register", subject, "{not a schema", registry=url)
     assert bad.returncode == 1 and "Invalid Avro schema" in bad.stderr
-    down = cli("schemas", "list", registry=f"http://127.0.0.1:{_free_port('127.0.0.1')}")
+    down = cli("schemas", "list", registry=f"http://127.0.0.1:{free_port('127.0.0.1')}")
     assert down.returncode == 1 and "unreachable" in down.stderr
 
 
 def test_broker_starts_a_registry_beside_it(tmp_path: Path) -> None:
-    port, http_port = _free_port("127.0.0.1"), _free_port("127.0.0.1")
+    port, http_port = free_port("127.0.0.1"), free_port("127.0.0.1")
     broker = subprocess.Popen(
         [sys.executable, "-m", "headrace", "broker", "--data-dir", str(tmp_path), "--port",
          str(port), "--schema-registry-port", str(http_port)],

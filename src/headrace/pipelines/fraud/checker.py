@@ -25,7 +25,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -34,6 +33,7 @@ from typing import IO, Any
 
 from headrace.pipelines.errors import PipelineError
 from headrace.pipelines.fraud.pipeline import PipelineTopics
+from headrace.testing import free_port
 
 CHECKER_MARK = "headrace-checker "
 NICE = 5
@@ -88,7 +88,7 @@ class CheckerProcess:
 
     def __init__(self, settings: CheckerSettings) -> None:
         if not settings.metrics_port:
-            settings = dataclasses.replace(settings, metrics_port=_free_port())
+            settings = dataclasses.replace(settings, metrics_port=free_port("127.0.0.1"))
         self.settings = settings
         self.metrics_url = f"http://127.0.0.1:{settings.metrics_port}/metrics"
         self.batches = self.parsed = self.late = 0
@@ -181,13 +181,6 @@ class CheckerProcess:
 
 
 _SAY = threading.Lock()  # the listener's thread and the main thread both speak
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _say(what: dict[str, Any]) -> None:

@@ -1,0 +1,109 @@
+"""Server subprocesses for tests: the one timeout knob (``scaled``), output kept for errors.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping
+
+from headrace.errors import HeadraceError
+
+TIMEOUT_SCALE_ENV = "HEADRACE_TEST_TIMEOUT_SCALE"
+
+
+class EmbeddedBrokerError(HeadraceError):
+    """The embedded broker did not start or stop as expected."""
+
+
+def timeout_scale() -> float:
+    """The factor every timeout of headrace's tests and test helpers is multiplied by:
+    ``HEADRACE_TEST_TIMEOUT_SCALE`` (default 1; raise it on a slow or busy machine). A
+    timeout is how long to wait for something that should happen, never how long a test
+    is allowed to take to pass. Read on every call; an invalid value raises."""
+    raw = os.environ.get(TIMEOUT_SCALE_ENV, "").strip()
+    if not raw:
+        return 1.0
+    try:
+        scale = float(raw)
+    except ValueError:
+        scale = 0.0
+    if not scale > 0:
+        raise EmbeddedBrokerError(f"{TIMEOUT_SCALE_ENV} must be a positive number, not {raw!r}")
+    return scale
+
+
+def scaled(seconds: float) -> float:
+    """``seconds`` times ``timeout_scale()``: the one way tests derive a timeout."""
+    return seconds * timeout_scale()
+
+
+class ServerProcess:
+    """A server subprocess whose output is kept (the last 500 lines) for error messages."""
+
+    process: subprocess.Popen[str] | None
+    output: deque[str]
+    _output_lock = threading.Lock()  # the drain thread appends while callers read
+
+    def _drain(self, process: subprocess.Popen[str]) -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            with self._output_lock:
+                self.output.append(line)
+
+    def output_lines(self) -> list[str]:
+        """A copy of the kept output lines, safe while the process still prints."""
+        with self._output_lock:
+            return list(self.output)
+
+    def _wait_ready(self, marker: str, timeout: float, what: str) -> str:
+        """Read output until a line contains ``marker``; return it. Blocks up to ``timeout``."""
+        assert self.process is not None and self.process.stdout is not None
+        deadline = time.monotonic() + scaled(timeout)
+        while True:
+            line = self.process.stdout.readline()
+            if not line:
+                self.process.wait()
+                raise EmbeddedBrokerError(f"{what} exited during start-up:\n"
+                                          + "".join(self.output_lines()))
+            self.output.append(line)
+            if marker in line:
+                threading.Thread(target=self._drain, args=(self.process,), daemon=True).start()
+                return line
+            if time.monotonic() > deadline:
+                self.kill()
+                raise EmbeddedBrokerError(f"{what} did not start in time:\n"
+                                          + "".join(self.output_lines()))
+
+    def stop(self, timeout: float = 15.0) -> int:
+        """Stop cleanly (SIGTERM) and return the exit code; SIGKILL after ``timeout``."""
+        proc = self.process
+        if proc is None or proc.poll() is not None:
+            return proc.returncode if proc else 0
+        proc.send_signal(signal.SIGTERM)
+        try:
+            return proc.wait(scaled(timeout))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return proc.wait()
+
+    def kill(self) -> None:
+        """SIGKILL the process: no flush, no clean shutdown."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+def free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def client_args(settings: Mapping[str, str]) -> list[str]:
+    return [arg for k, v in settings.items() for arg in ("-X", f"{k}={v}")]

@@ -29,8 +29,9 @@ dropped).
      a key seen again is an update) joined with the table as products: an order's product
      is a hash of its key and amount over the ``--keys`` products, so nearly every update
      moves the order to another product;
-   - ``interval_join``: Spark's native stream-stream join (events with one payment per
-     second event on the same key 0-60 s later; watermarks 10 s);
+   - ``interval_join``: the toolkit's stream-stream join (transformWithState since
+     savepoints; Spark's native join before), events with one payment per second event on
+     the same key 0-60 s later; watermarks 10 s;
    - ``detector``: the fraud pipeline's per-card detector (its four rules, default
      thresholds) over the events as transactions: card = user = the event key, one city,
      a fixed profile (watermark 10 s).
@@ -532,7 +533,7 @@ def notes(args: argparse.Namespace, elapsed: float, runs: list[Run],
         "table join: the events as orders (primary key = the event key) joined with the "
         "table as products, an order's product a hash of its key and amount (so an update "
         "moves it); "
-        "interval join: Spark's native join, a payment 0-60 s after every second event; "
+        "interval join: the toolkit's (on transformWithState), a payment 0-60 s after every second event; "
         "detector: the fraud pipeline's per-card detector, each event a transaction of "
         "card = user = its key, one city, a fixed profile",
         "side output: with = results and late rows reach the sink; without = only "

@@ -21,7 +21,7 @@ BUDGETS: dict[str, float] = {
     "pipelines": 950,
     "integration": 810,
     "streaming": 540,
-    "savepoints": 280,
+    "savepoints": 325,
     "differential": 170,
     "cluster": 540,
     "eventsourcing": 130,

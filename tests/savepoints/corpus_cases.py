@@ -26,7 +26,7 @@ from headrace.pipelines.fraud.rules import Thresholds
 from headrace.realtime import apply_rules
 from headrace.savepoints import Savepoint
 from headrace.streaming import approx_distinct, count, sliding, sum_of, tumbling, windowed
-from headrace.streaming.joins import temporal_join
+from headrace.streaming.joins import interval_join, temporal_join
 from tests.streaming.harness import MINUTE, T0
 
 CORPUS = Path(__file__).with_name("corpus")
@@ -92,6 +92,33 @@ def _temporal(df: DataFrame, sp: Savepoint | None) -> DataFrame:
                          watermark="3 minutes", buckets=4, from_savepoint=sp)
 
 
+def _impressions(start: int, end: int) -> list[dict[str, Any]]:
+    """Impressions of ads k0..k2 every 2 minutes and, two rounds in three, a click a
+    minute after the round's impression (numbered after the impression of the round
+    before); a third of the impressions stay unmatched."""
+    out: list[dict[str, Any]] = []
+    for t in range(start, end, 2):
+        for i in range(3):
+            out.append({"k": f"k{i}", "ts": T0 + (t * 60 + i) * 1000, "kind": "i",
+                        "n": t * 10 + i, "price": None})
+            if (t // 2 + i) % 3 and t >= 2:
+                out.append({"k": f"k{i}", "ts": T0 + ((t + 1) * 60 + i) * 1000, "kind": "c",
+                            "n": (t - 2) * 10 + i, "price": None})
+    return out
+
+
+def _interval(df: DataFrame, sp: Savepoint | None) -> DataFrame:
+    """Clicks within 2 minutes of their impression, left outer (unmatched impressions come
+    out as the watermark passes), both sides from one topic."""
+    imps = df.where(F.col("kind") == "i").selectExpr("k", "n as imp", "event_time as imp_time")
+    clicks = df.where(F.col("kind") == "c").selectExpr("k", "n as click",
+                                                       "event_time as click_time")
+    return interval_join(imps, clicks, on=["k"], left_time="imp_time",
+                         right_time="click_time", lower=0, upper="2 minutes",
+                         left_watermark="1 minute", right_watermark="1 minute",
+                         how="left_outer", buckets=4, from_savepoint=sp)
+
+
 def rule_operator(df: DataFrame, sp: Savepoint | None) -> DataFrame:
     """The real-time path's rule operator (the fraud rules, JVM) in micro-batch mode: its
     state is the same as in Real-Time Mode. Profiles come with each transaction (no
@@ -128,6 +155,8 @@ CASES = (
     Case("fraud-detector", TXN_SCHEMA, (_txns(0, 8), _txns(36, 42)),
          lambda df, sp: detect(df, Thresholds(), "10 seconds", "30 seconds", sp), "card_id"),
     Case("temporal-join", PRICE_SCHEMA, (_prices(0, 14), _prices(14, 26)), _temporal, "k"),
+    Case("interval-join", PRICE_SCHEMA, (_impressions(0, 14), _impressions(14, 26)),
+         _interval, "k"),
     # the real-time path's operator on the detector's transactions
     Case("realtime-rules", TXN_SCHEMA, (_txns(0, 8), _txns(36, 42)), rule_operator, "card_id"),
 )

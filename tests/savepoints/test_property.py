@@ -1,6 +1,7 @@
 """state(savepoint(q)) == state(q), for random inputs, for the windowed operator, the
-fraud detector and the real-time path's rule operator (the fraud rules on the JVM; one
-query holds the three, a savepoint then has three operators).
+fraud detector, the interval join (a card's transactions with its next ones, left outer)
+and the real-time path's rule operator (the fraud rules on the JVM; one query holds the
+four, a savepoint then has four operators).
 
 An example: random transactions in two steps. The reference query runs both steps on one
 checkpoint; after the first, a savepoint of it is taken, and a second query started from
@@ -30,6 +31,7 @@ from headrace.savepoints import Savepoint, create
 from headrace.savepoints.state import decode, jvm_state, per_key
 from headrace.spark import read_events
 from headrace.streaming import count, sum_of, tumbling, windowed
+from headrace.streaming.joins import interval_join
 from headrace.testing import EmbeddedBroker, scaled
 from tests.savepoints.corpus_cases import TXN_SCHEMA, normalized, rule_operator
 from tests.spark.kafka_helpers import create_topic, produce
@@ -49,14 +51,21 @@ def _txn(n: int, card: int, seconds: int, amount: float, oslo: bool) -> dict[str
 
 
 def _build(source: DataFrame, sp: Savepoint | None) -> DataFrame:
-    """Both operators over one stream, their rows as JSON in one column."""
+    """The four operators over one stream, their rows as JSON in one column."""
     windows = windowed(source, keys=["card_id"], event_time="event_time",
                        window=tumbling("2 minutes"), aggs=[count(), sum_of("amount")],
                        watermark="30 seconds", allowed_lateness="1 minute", buckets=4,
                        from_savepoint=sp)
     alerts = detect(source, Thresholds(), "30 seconds", "1 minute", sp)
     rules = rule_operator(source, sp)
-    return windows.select(F.to_json(F.struct("*")).alias("row")).unionByName(
+    pairs = interval_join(
+        source.selectExpr("card_id", "txn_id as first", "event_time as first_at"),
+        source.selectExpr("card_id", "txn_id as then", "event_time as then_at"),
+        on=["card_id"], left_time="first_at", right_time="then_at", lower=1,
+        upper="1 minute", left_watermark="30 seconds", right_watermark="30 seconds",
+        how="left_outer", buckets=4, from_savepoint=sp)
+    return pairs.select(F.to_json(F.struct("*")).alias("row")).unionByName(
+        windows.select(F.to_json(F.struct("*")).alias("row"))).unionByName(
         alerts.select(F.to_json(F.struct("*")).alias("row"))).unionByName(
         rules.select(F.to_json(F.struct("*")).alias("row")))
 
@@ -135,4 +144,5 @@ def test_state_of_a_query_started_from_a_savepoint_is_the_state_it_saved(
         assert normalized(outputs["sp"]) == normalized(outputs["ref"])
         state = _state(spark, work / "ref")
         assert any(k[0] == "realtime.rules" for k in state)
+        assert any(k[0] == "interval_join" for k in state)
         assert _state(spark, work / "fresh") == state

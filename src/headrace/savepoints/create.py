@@ -111,7 +111,8 @@ def create(spark: SparkSession, checkpoint: str | Path, output: str | Path, *,
     Blocks while Spark reads the state (one job per state variable). Raises
     ``SavepointError`` for a checkpoint without a committed batch, an existing output,
     or an operator whose state a savepoint cannot carry (Spark's own aggregations and
-    joins: their state is not transformWithState's, so no query could start from it).
+    joins: their state is not transformWithState's, so no query could start from it;
+    every headrace operator is transformWithState).
     """
     out = Path(output)
     if out.exists():
@@ -135,7 +136,8 @@ def _create(spark: SparkSession, batch: CommittedBatch, out: Path,
             raise SavepointError(
                 f"operator {row.operatorId} ({row.operatorName}) keeps Spark's own state, "
                 "which a query cannot start from; savepoints carry transformWithState "
-                "operators (every headrace operator but interval_join)")
+                "operators (every headrace operator; not a checkpoint of interval_join "
+                "from before it moved onto transformWithState)")
     sink = sink_markers(bootstrap_servers, batch.query_id, client_configs) \
         if bootstrap_servers else {}
     out.parent.mkdir(parents=True, exist_ok=True)

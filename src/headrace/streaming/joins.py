@@ -1,9 +1,10 @@
 """Stream joins: interval (stream-stream), latest-value and temporal (stream-table), and a
 table-table join kept as a live view.
 
-- ``interval_join``: Spark's own stream-stream join with time bounds and watermarks on both
-  sides; inner or left outer (unmatched left rows come out once the watermark passes the
-  end of their interval). State is evicted by watermark.
+- ``interval_join`` (module ``interval``): a stream-stream join with time bounds and
+  watermarks on both sides, inner or left outer (unmatched left rows come out once the
+  watermark passes the end of their interval), batch for batch as Spark's own join, on
+  transformWithState so that a savepoint can carry its state. State is evicted by watermark.
 - ``latest_join``: each event joined with the table's current row for its key — the latest
   update that arrived before it. Within one micro-batch the two topics have no common
   arrival order (offsets are per partition), so the rule is: a batch's table updates are
@@ -44,7 +45,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from pyspark.sql import Column, DataFrame, GroupedData
+from pyspark.sql import DataFrame, GroupedData
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import (
     ExpiredTimerInfo,
@@ -52,11 +53,8 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 from pyspark.sql.types import (
-    ArrayType,
     BooleanType,
-    DataType,
     LongType,
-    MapType,
     StringType,
     StructField,
     StructType,
@@ -65,9 +63,9 @@ from pyspark.sql.types import (
 
 from headrace.savepoints import Savepoint
 from headrace.savepoints.state import Resume
-from headrace.streaming import buckets
+from headrace.streaming import buckets, rowjson
 from headrace.streaming.errors import SpecError, StreamingError
-from headrace.streaming.timeutil import duration_ms
+from headrace.streaming.interval import interval_join  # noqa: F401  (public here too)
 from headrace.streaming.windows import BUCKET, DEFAULT_BUCKETS, with_spark_watermark
 
 # table_join's change marker on left rows: an upsert, or "moved away to another join key"
@@ -96,31 +94,6 @@ def _resume(origin: Origin, df: DataFrame, name: str, params: dict[str, Any]
                                        fixed=_FIXED, key_column=BUCKET)
 
 
-def interval_join(left: DataFrame, right: DataFrame, *, on: list[str], left_time: str,
-                  right_time: str, lower: str | int | dt.timedelta,
-                  upper: str | int | dt.timedelta, left_watermark: str | int | dt.timedelta,
-                  right_watermark: str | int | dt.timedelta, how: str = "inner") -> DataFrame:
-    """Rows of ``left`` and ``right`` with equal ``on`` columns and
-    ``left_time + lower <= right_time <= left_time + upper``. Column names must not clash
-    apart from ``on``. ``how`` is ``inner`` or ``left_outer``."""
-    if how not in ("inner", "left_outer"):
-        raise SpecError(f"how must be inner or left_outer, got {how!r}")
-    clash = (set(left.columns) & set(right.columns)) - set(on)
-    if clash:
-        raise SpecError(f"columns {sorted(clash)} are on both sides; rename them first")
-    lo, hi = duration_ms(lower), duration_ms(upper)
-    lw = left.withWatermark(left_time, f"{duration_ms(left_watermark)} milliseconds")
-    rw = right.withWatermark(right_time, f"{duration_ms(right_watermark)} milliseconds")
-    r = rw.select(*[F.col(c).alias(f"__r_{c}") if c in on else F.col(c) for c in rw.columns])
-    cond: Column = F.lit(True)
-    for c in on:
-        cond = cond & (lw[c] == r[f"__r_{c}"])
-    cond = cond & (r[right_time] >= lw[left_time] + F.expr(f"INTERVAL {lo} MILLISECONDS")) \
-        & (r[right_time] <= lw[left_time] + F.expr(f"INTERVAL {hi} MILLISECONDS"))
-    joined = lw.join(r, cond, "leftouter" if how == "left_outer" else "inner")
-    return joined.drop(*[f"__r_{c}" for c in on])
-
-
 @dataclass(frozen=True)
 class _JoinSpec:
     mode: str  # latest | temporal | table
@@ -142,35 +115,10 @@ _INPUT = (_KEY, _T, _SIDE, _LEFT, _RIGHT, _PK, _LEFT_OP)
 _KEY_BUCKET = "headrace__bucket"  # table mode: the join key's bucket, from the tracker
 # table mode: what the tracker emits (the left side of the union but its constant columns)
 _TRACKED = (_KEY, _LEFT, _PK, _LEFT_OP, _KEY_BUCKET)
-# Lossless both ways for every type Spark's JSON functions take (timestamps to the µs).
-_JSON = {"ignoreNullFields": "false", "timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
-         "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"}
-
-
-def _as_json(columns: list[str]) -> Column:
-    return F.to_json(F.struct(*[F.col(c) for c in columns]), _JSON)
-
-
-def _check_json_safe(side: str, schema: StructType) -> None:
-    """from_json reads maps with string keys only; say so before the query starts."""
-    def walk(t: DataType, path: str) -> None:
-        if isinstance(t, MapType):
-            if not isinstance(t.keyType, StringType):
-                raise SpecError(f"the {side} stream's {path} is a map with "
-                                f"{t.keyType.simpleString()} keys; the stream-table joins "
-                                "carry maps with string keys only (cast the keys)")
-            walk(t.valueType, path)
-        elif isinstance(t, ArrayType):
-            walk(t.elementType, path)
-        elif isinstance(t, StructType):
-            for f in t.fields:
-                walk(f.dataType, f"{path}.{f.name}" if path else f.name)
-    walk(schema, "")
-
-
-def _key_bucket(key: list[str], n: int) -> Column:
-    """The bucket of a join key: equal keys, equal bucket, on both sides of a join."""
-    return F.pmod(F.xxhash64(*key), F.lit(n))
+_JSON = rowjson.OPTIONS
+_as_json = rowjson.as_json
+_check_json_safe = rowjson.check_json_safe
+_key_bucket = rowjson.key_bucket
 
 
 def _tagged(df: DataFrame, side: str, key: list[str], time_col: str | None,

@@ -149,7 +149,8 @@ def test_table_table_join_updates_the_view(spark: SparkSession, broker: Embedded
 def test_interval_join(spark: SparkSession, broker: EmbeddedBroker, topic_name: str,
                        tmp_path: Path, how: str) -> None:
     """Clicks within an hour of their impression; an unmatched impression comes out (left
-    outer) once the watermark passes its hour plus the click side's delay."""
+    outer) once the watermark passes its hour plus the click side's delay. A null ad
+    matches nothing, not even another null (as in Spark's join)."""
 
     def build(s: dict[str, DataFrame]) -> DataFrame:
         imps = s["imps"].selectExpr("k as ad", "n as imp_id", "event_time as imp_time")
@@ -167,14 +168,16 @@ def test_interval_join(spark: SparkSession, broker: EmbeddedBroker, topic_name: 
         return sorted((r["imp_id"], r["click_id"]) for r in out)
 
     assert pairs(steps.run({"imps": [{"k": "ad1", "ts": at(0), "n": 1},
-                                     {"k": "ad2", "ts": at(5), "n": 2}],
+                                     {"k": "ad2", "ts": at(5), "n": 2},
+                                     {"k": None, "ts": at(5), "n": 5}],
                             "clicks": [{"k": "ad1", "ts": at(30), "n": 10},
-                                       {"k": "ad2", "ts": at(70), "n": 20}]})) == [(1, 10)]
+                                       {"k": "ad2", "ts": at(70), "n": 20},
+                                       {"k": None, "ts": at(30), "n": 50}]})) == [(1, 10)]
     # Spark's watermark is the minimum over both inputs: both sides must move on.
     # Watermark 10:40: impression 2's hour (until 11:05) is still open.
     assert pairs(steps.run({"imps": [{"k": "xx", "ts": at(40), "n": 3}],
                             "clicks": [{"k": "zz", "ts": at(40), "n": 99}]})) == []
-    expected = [(2, None), (3, None)] if how == "left_outer" else []
+    expected = [(2, None), (3, None), (5, None)] if how == "left_outer" else []
     assert pairs(steps.run({"imps": [{"k": "yy", "ts": at(130), "n": 4}],
                             "clicks": [{"k": "zz", "ts": at(130), "n": 98}]})) == expected
 

@@ -28,7 +28,9 @@ the savepoint's watermark, and evicts with that watermark until its own passes i
 from __future__ import annotations
 
 import datetime as dt
+import operator
 from collections.abc import Iterator
+from functools import reduce
 from pathlib import Path
 from typing import Any
 
@@ -201,7 +203,11 @@ def interval_join(left: DataFrame, right: DataFrame, *, on: list[str], left_time
             left.sparkSession, operator=NAME, family=(NAME,), version=STATE_VERSION,
             params=params, fixed=_FIXED, key_column=BUCKET)
     lw = left.withWatermark(left_time, f"{duration_ms(left_watermark)} milliseconds")
-    rw = right.withWatermark(right_time, f"{duration_ms(right_watermark)} milliseconds")
+    # a null join key equals nothing, as in Spark's join: such right rows can never come
+    # out; left ones are held and never match (in a left outer join, they come out with
+    # null right columns once evicted)
+    rw = right.withWatermark(right_time, f"{duration_ms(right_watermark)} milliseconds"
+                             ).where(reduce(operator.and_, [F.col(c).isNotNull() for c in on]))
     union = _tagged(lw, "L", on, left_time, buckets).unionByName(
         _tagged(rw, "R", on, right_time, buckets))
     schema = StructType([StructField(_LEFT, StringType()), StructField(_RIGHT, StringType())])

@@ -25,15 +25,12 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
 
-from headrace.testing import ConsoleProcess, EmbeddedBroker, SeaweedS3, scaled, weed_binary
+from headrace.testing import ConsoleProcess, EmbeddedBroker, SeaweedS3, scaled
 from tests.integration.kafka_tools import kafka_tool
 from tests.integration.rawclient import RawClient
 from tests.integration.tcp_gate import TcpGate
 from tests.integration.test_cli import cli, ok
 from tests.integration.txn_support import wait_for
-
-pytestmark = pytest.mark.skipif(weed_binary() is None,
-                                reason="SeaweedFS's weed is not built (make setup)")
 
 SEGMENT = {"segment.bytes": "3000", "remote.storage.enable": "true",
            "local.retention.bytes": "1"}

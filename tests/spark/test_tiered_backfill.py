@@ -18,7 +18,7 @@ import pytest
 from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
-from headrace.testing import EmbeddedBroker, SeaweedS3, scaled, weed_binary
+from headrace.testing import EmbeddedBroker, SeaweedS3, scaled
 from tests.integration.test_tiered_storage import (
     EARLIEST_LOCAL,
     LATEST,
@@ -91,8 +91,6 @@ def tiered(request: pytest.FixtureRequest) -> Iterator[Tiered]:
             fill(found)
             yield found
         return
-    if weed_binary() is None:
-        pytest.skip("SeaweedFS's weed is not built (make setup)")
     s3 = SeaweedS3().start()
     try:
         with tiered_broker(s3, "backfill") as broker:

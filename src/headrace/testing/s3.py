@@ -29,7 +29,7 @@ def weed_binary() -> str | None:
     explicit = os.environ.get(WEED_ENV)
     if explicit:
         return explicit
-    built = Path(__file__).resolve().parents[2] / ".tools" / "bin" / "weed"
+    built = Path(__file__).resolve().parents[3] / ".tools" / "bin" / "weed"
     if built.exists():
         return str(built)
     return shutil.which("weed")

@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+from headrace.pipelines.fraud.realtime import checkpoint_interval_ms
+from headrace.realtime import RealtimeError
 from headrace.testing import scaled
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -41,3 +43,18 @@ def test_demo_fraud_real_time_by_default_checked_and_quiet() -> None:
         in done.stderr, done.stderr[-3000:]
     noisy = [ln for ln in (out + done.stderr).splitlines() if NOISE.search(ln)]
     assert not noisy, noisy
+
+
+def test_a_bad_checkpoint_interval_is_one_line_before_anything_starts() -> None:
+    done = subprocess.run([sys.executable, "-m", "headrace", "demo", "fraud",
+                           "--checkpoint-interval", "2s"], capture_output=True, text=True,
+                          env=dict(os.environ, PYSPARK_PYTHON=sys.executable),
+                          timeout=scaled(120), check=False)
+    assert done.returncode == 1
+    assert "checkpoint interval '2s' is shorter than Real-Time Mode's shortest batch, 5 " \
+        "seconds" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "embedded broker" not in done.stdout + done.stderr
+    with pytest.raises(RealtimeError, match="checkpoint interval: not a duration: 'soon'"):
+        checkpoint_interval_ms("soon")
+    assert checkpoint_interval_ms("5 minutes") == 300_000

@@ -467,6 +467,12 @@ def demo(
         str, typer.Option("--engine", help="fraud: realtime (Spark Real-Time Mode, checked by "
                                            "the micro-batch pipeline) or microbatch.")
     ] = "realtime",
+    checkpoint_interval: Annotated[
+        str, typer.Option("--checkpoint-interval",
+                          help="fraud, realtime: Real-Time Mode's checkpoint interval (at "
+                               "least 5 s); each checkpoint boundary delays alerts for a few "
+                               "seconds.")
+    ] = "5 minutes",
     bootstrap_servers: Annotated[
         str | None,
         typer.Option(
@@ -503,10 +509,13 @@ def demo(
     if engine not in ("realtime", "microbatch"):
         raise typer.BadParameter(f"unknown engine {engine!r}: realtime or microbatch")
     from headrace.pipelines.fraud.live import LiveSettings, run_live
+    from headrace.pipelines.fraud.realtime import checkpoint_interval_ms
 
+    checkpoint_interval_ms(checkpoint_interval)
     summary = run_live(LiveSettings(rate=rate, duration_s=duration,
                                     engine="realtime" if engine == "realtime" else "microbatch",
-                                    bootstrap_servers=bootstrap_servers), stderr)
+                                    bootstrap_servers=bootstrap_servers,
+                                    checkpoint_interval=checkpoint_interval), stderr)
     stdout.print(summary.render())
 
 

@@ -81,8 +81,9 @@ class LiveSettings:
     letters, and the check of every real-time alert)."""
     network_delay_ms: tuple[float, float] = (5.0, 20.0)
     """Simulated card-terminal-to-broker delay (median, p99), part of detection latency."""
-    checkpoint_interval: str = "1 minute"
-    """realtime engine: Real-Time Mode's checkpoint period."""
+    checkpoint_interval: str = "5 minutes"
+    """realtime engine: Real-Time Mode's checkpoint period (``RealtimeConfig``; Spark's
+    default). Each checkpoint boundary delays the alerts of a few seconds."""
     exactly_once: bool = True
     """realtime engine: alerts through the exactly-once sink (False: Spark's Kafka sink,
     at-least-once; benchmarks compare the two)."""

@@ -56,6 +56,8 @@ from headrace.realtime import (
     apply_rules,
 )
 from headrace.savepoints import IncompatibleStateError, Savepoint
+from headrace.streaming.errors import SpecError
+from headrace.streaming.timeutil import duration_ms
 
 REQUIRED = ("txn_id", "card_id", "user_id", "amount", "event_time", "merchant_id", "lat", "lon",
             "city")
@@ -68,10 +70,12 @@ class RealtimeConfig:
     checkpoint: str
     topics: PipelineTopics = field(default_factory=PipelineTopics)
     thresholds: Thresholds = field(default_factory=Thresholds)
-    checkpoint_interval: str = "1 minute"
-    """Real-Time Mode's batch length: how often state and offsets are checkpointed (>= 5 s).
-    Each boundary stalls the stream briefly, so longer is smoother; shorter replays less
-    after a crash."""
+    checkpoint_interval: str = "5 minutes"
+    """Real-Time Mode's batch length: how often state and offsets are checkpointed (>= 5 s;
+    ``"5 minutes"``, ``"30 s"``; Spark's own default is 5 minutes). Each boundary stalls the
+    stream for a few seconds while one batch's tasks finish and the next one's start, and
+    the alerts of that stretch come late (BENCHMARKS.md), so longer is smoother; shorter
+    replays less after a crash (the exactly-once sink skips what it already wrote)."""
     starting_offsets: str = "earliest"
     profiles_envelope: str = ""
     """``debezium``: profiles are change events of a PostgreSQL table (``headrace cdc``):
@@ -317,6 +321,23 @@ def sink_rows(out: DataFrame) -> DataFrame:
                       F.col("txn_id").alias("id"))
 
 
+MIN_CHECKPOINT_INTERVAL_MS = 5_000
+"""Real-Time Mode's shortest batch (``spark.sql.streaming.realTimeMode.minBatchDuration``)."""
+
+
+def checkpoint_interval_ms(text: str) -> int:
+    """A checkpoint interval (``"5 minutes"``, ``"30 s"``) in milliseconds; ``RealtimeError``
+    for one that does not parse or is shorter than Real-Time Mode's 5 s minimum."""
+    try:
+        ms = duration_ms(text)
+    except SpecError as e:
+        raise RealtimeError(f"checkpoint interval: {e}") from e
+    if ms < MIN_CHECKPOINT_INTERVAL_MS:
+        raise RealtimeError(f"checkpoint interval {text!r} is shorter than Real-Time Mode's "
+                            "shortest batch, 5 seconds")
+    return ms
+
+
 SINK_STATE = "exactly-once-sink"
 """Where, under the checkpoint, the exactly-once sink records each epoch's start offsets."""
 
@@ -327,16 +348,19 @@ def start(spark: SparkSession, cfg: RealtimeConfig, query_name: str = "fraud-rea
     The session needs ``format("kafka")`` and the rule operator (``local_session`` adds both
     when ``make setup`` built them) and a task slot per source partition plus one per shuffle
     partition (e.g. ``local[8]`` for 4 + 1 topic partitions and 2 shuffle partitions).
-    Raises ``RealtimeError`` when ``exactly_once`` and the sink's jar is not in the session;
+    Raises ``RealtimeError`` when ``exactly_once`` and the sink's jar is not in the session
+    or for a bad ``checkpoint_interval`` (``checkpoint_interval_ms``);
     with ``from_savepoint``, ``IncompatibleStateError`` for a checkpoint that is not fresh
     (Spark would take its state and offsets and silently ignore the savepoint's)."""
     if cfg.from_savepoint is not None and any(Path(cfg.checkpoint, "commits").glob("[0-9]*")):
         raise IncompatibleStateError(
             f"checkpoint {cfg.checkpoint} has committed batches: a query starts from a "
             "savepoint with a fresh checkpoint")
+    interval = f"{checkpoint_interval_ms(cfg.checkpoint_interval)} milliseconds"
     out = operator_output(spark, cfg)
     if cfg.exactly_once:
-        return _start_exactly_once(spark, exactly_once_rows(out, cfg), cfg, query_name)
+        return _start_exactly_once(spark, exactly_once_rows(out, cfg), cfg, interval,
+                                   query_name)
     rows = sink_rows(alert_columns(out, cfg))
     writer = (rows.drop("id").writeStream.format("kafka")
               .queryName(query_name)
@@ -347,12 +371,12 @@ def start(spark: SparkSession, cfg: RealtimeConfig, query_name: str = "fraud-rea
               .outputMode("update"))
     # PySpark 4.3's type stubs lack trigger(realTime=...), which it accepts at run time.
     trigger: Any = writer.trigger
-    query: StreamingQuery = trigger(realTime=cfg.checkpoint_interval).start()
+    query: StreamingQuery = trigger(realTime=interval).start()
     return query
 
 
 def _start_exactly_once(spark: SparkSession, rows: DataFrame, cfg: RealtimeConfig,
-                        query_name: str) -> StreamingQuery:
+                        interval: str, query_name: str) -> StreamingQuery:
     # PySpark's foreach takes Python functions only, which Real-Time Mode feeds at batch end:
     # the JVM writer goes on the JVM's DataStreamWriter directly.
     jvm_view = spark.sparkContext._jvm
@@ -368,7 +392,7 @@ def _start_exactly_once(spark: SparkSession, rows: DataFrame, cfg: RealtimeConfi
         raise RealtimeError("the exactly-once sink (io.headrace.realtime."
                             "ExactlyOnceKafkaWriter) is not on this session's classpath: "
                             f"run `make setup` ({e})") from e
-    trigger = jvm_view.org.apache.spark.sql.streaming.Trigger.RealTime(cfg.checkpoint_interval)
+    trigger = jvm_view.org.apache.spark.sql.streaming.Trigger.RealTime(interval)
     jquery = (rows._jdf.writeStream().foreach(writer).queryName(query_name)
               .option("checkpointLocation", cfg.checkpoint).outputMode("update")
               .trigger(trigger).start())

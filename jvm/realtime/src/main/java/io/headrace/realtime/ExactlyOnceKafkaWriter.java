@@ -76,6 +76,13 @@ import org.apache.spark.sql.types.StructType;
  *       retries). Skipping an id already committed is always safe (one row per id), so the
  *       set only has to be large enough, never exact. Files of epochs older than the
  *       previous one are removed (an epoch starts once the one before has committed).
+ *   <li>Checkpoint boundaries. Each epoch starts new tasks, and the stream waits for them at
+ *       every boundary. A task that closes its epoch successfully gives its producer (between
+ *       transactions) back to {@link ClientPool}; the next epoch's task for that partition in
+ *       the same JVM takes it instead of building one and calling {@code initTransactions}
+ *       again, when the previous epoch's record names this JVM (no incarnation elsewhere has
+ *       fenced it since) and the epoch is on its first attempt. A failed task's producer is
+ *       closed, never pooled. End offsets come from a consumer kept in the pool as well.
  * </ul>
  *
  * <p>Contract: rows with the same id in one epoch are the same output (the fraud path emits
@@ -117,6 +124,7 @@ public final class ExactlyOnceKafkaWriter extends ForeachWriter<Row> {
   private transient byte[] partitionHeader;
   private transient long partitionId;
   private transient long epochId;
+  private transient String producerKey;
 
   /**
    * {@code topics}: the first is the default destination; replays are checked against all.
@@ -142,23 +150,30 @@ public final class ExactlyOnceKafkaWriter extends ForeachWriter<Row> {
     if (queryId == null) {
       throw new IllegalStateException("the exactly-once sink runs in a streaming query only");
     }
-    Properties p = new Properties();
-    p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
-    p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, "headrace-rt-" + queryId + "-" + partitionId);
-    p.put(ProducerConfig.LINGER_MS_CONFIG, "0");
-    p.put(ProducerConfig.ACKS_CONFIG, "all");
-    // a crashed task's open transaction holds read_committed readers back until it is
-    // aborted: by the task's next incarnation, or by the coordinator after this long
-    p.put(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, "20000");
-    p.putAll(producerConfig);
-    producer = new KafkaProducer<>(p, new ByteArraySerializer(), new ByteArraySerializer());
-    producer.initTransactions();
+    String transactionalId = "headrace-rt-" + queryId + "-" + partitionId;
+    producerKey = bootstrap + "|" + transactionalId + "|" + producerConfig;
     lock = new Object();
     this.partitionId = partitionId;
     this.epochId = epochId;
     partitionHeader = Long.toString(partitionId).getBytes(StandardCharsets.UTF_8);
     try {
-      committed = alreadyCommitted(partitionId, epochId);
+      Path dir = new Path(stateDir);
+      FileSystem fs = dir.getFileSystem(new Configuration());
+      producer = reusableProducer(fs, dir);
+      if (producer == null) {
+        Properties p = new Properties();
+        p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, transactionalId);
+        p.put(ProducerConfig.LINGER_MS_CONFIG, "0");
+        p.put(ProducerConfig.ACKS_CONFIG, "all");
+        // a crashed task's open transaction holds read_committed readers back until it is
+        // aborted: by the task's next incarnation, or by the coordinator after this long
+        p.put(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, "20000");
+        p.putAll(producerConfig);
+        producer = new KafkaProducer<>(p, new ByteArraySerializer(), new ByteArraySerializer());
+        producer.initTransactions();
+      }
+      committed = alreadyCommitted(fs, dir, partitionId, epochId);
     } catch (IOException e) {
       throw new IllegalStateException("the sink's epoch record in " + stateDir + ": " + e, e);
     }
@@ -249,7 +264,11 @@ public final class ExactlyOnceKafkaWriter extends ForeachWriter<Row> {
         }
       }
     } finally {
-      producer.close(Duration.ofSeconds(5));
+      if (errorOrNull == null && failure == null) {
+        ClientPool.giveBack(producerKey, producer);
+      } else {
+        ClientPool.close(producer);
+      }
       producer = null;
     }
     if (errorOrNull == null && failure != null) {
@@ -284,41 +303,63 @@ public final class ExactlyOnceKafkaWriter extends ForeachWriter<Row> {
   }
 
   /**
+   * The producer this partition's task of the previous epoch gave back in this JVM, when it is
+   * still the latest incarnation of the transactional id: that epoch's record names this JVM
+   * (no task elsewhere fenced it since) and this is the epoch's first attempt (a retry starts a
+   * new incarnation, whose {@code initTransactions} aborts what the failed attempt left open).
+   * Null otherwise (a pooled producer that does not qualify is closed).
+   */
+  @SuppressWarnings("unchecked")
+  private KafkaProducer<byte[], byte[]> reusableProducer(FileSystem fs, Path dir)
+      throws IOException {
+    KafkaProducer<byte[], byte[]> pooled =
+        (KafkaProducer<byte[], byte[]>) ClientPool.take(producerKey);
+    if (pooled == null) {
+      return null;
+    }
+    Path previous = new Path(dir, (epochId - 1) + "-" + partitionId);
+    if (!fs.exists(new Path(dir, epochId + "-" + partitionId)) && fs.exists(previous)
+        && readLines(fs, previous).contains("owner\t" + ClientPool.JVM_TOKEN)) {
+      return pooled;
+    }
+    ClientPool.close(pooled);
+    return null;
+  }
+
+  /**
    * The ids to skip in this epoch: on its first attempt, what the previous epoch of this
    * partition left unseen of its own skip set; on a retry, that plus what earlier attempts
    * of this epoch committed (read back from the output). Writes the epoch's record first.
    */
-  private Set<String> alreadyCommitted(long partitionId, long epochId) throws IOException {
-    Path dir = new Path(stateDir);
-    FileSystem fs = dir.getFileSystem(new Configuration());
+  private Set<String> alreadyCommitted(FileSystem fs, Path dir, long partitionId, long epochId)
+      throws IOException {
     Path file = new Path(dir, epochId + "-" + partitionId);
     Set<String> ids = new HashSet<>();
-    try (KafkaConsumer<byte[], byte[]> consumer = consumer("read_committed")) {
-      if (!fs.exists(file)) {
-        Map<TopicPartition, Long> ends = endOffsets(consumer, "read_uncommitted");
-        ids.addAll(readIds(fs, new Path(dir, (epochId - 1) + "-" + partitionId + ".rest")));
-        StringBuilder text = new StringBuilder();
-        for (Map.Entry<TopicPartition, Long> e : ends.entrySet()) {
-          text.append("offset\t").append(e.getKey().topic()).append('\t')
-              .append(e.getKey().partition()).append('\t').append(e.getValue()).append('\n');
-        }
-        for (String id : ids) {
-          text.append("id\t").append(id).append('\n');
-        }
-        writeAtomically(fs, file, text.toString());
-      } else {
-        Map<TopicPartition, Long> from = new HashMap<>();
-        for (String line : readLines(fs, file)) {
-          String[] f = line.split("\t", 2);
-          if (f[0].equals("id") && f.length == 2) {
-            ids.add(f[1]);
-          } else if (f[0].equals("offset")) {
-            String[] o = line.split("\t");
-            from.put(new TopicPartition(o[1], Integer.parseInt(o[2])), Long.parseLong(o[3]));
-          }
-        }
-        ids.addAll(scan(consumer, from, Long.toString(partitionId)));
+    if (!fs.exists(file)) {
+      Map<TopicPartition, Long> ends = endOffsets();
+      ids.addAll(readIds(fs, new Path(dir, (epochId - 1) + "-" + partitionId + ".rest")));
+      StringBuilder text = new StringBuilder();
+      text.append("owner\t").append(ClientPool.JVM_TOKEN).append('\n');
+      for (Map.Entry<TopicPartition, Long> e : ends.entrySet()) {
+        text.append("offset\t").append(e.getKey().topic()).append('\t')
+            .append(e.getKey().partition()).append('\t').append(e.getValue()).append('\n');
       }
+      for (String id : ids) {
+        text.append("id\t").append(id).append('\n');
+      }
+      writeAtomically(fs, file, text.toString());
+    } else {
+      Map<TopicPartition, Long> from = new HashMap<>();
+      for (String line : readLines(fs, file)) {
+        String[] f = line.split("\t", 2);
+        if (f[0].equals("id") && f.length == 2) {
+          ids.add(f[1]);
+        } else if (f[0].equals("offset")) {
+          String[] o = line.split("\t");
+          from.put(new TopicPartition(o[1], Integer.parseInt(o[2])), Long.parseLong(o[3]));
+        }
+      }
+      ids.addAll(scan(from, Long.toString(partitionId)));
     }
     for (FileStatus st : fs.listStatus(dir)) {
       String name = st.getPath().getName();
@@ -390,9 +431,15 @@ public final class ExactlyOnceKafkaWriter extends ForeachWriter<Row> {
    * The ids of the records task {@code partition} committed in {@code from}'s partitions
    * since its offsets.
    */
-  private Set<String> scan(KafkaConsumer<byte[], byte[]> consumer, Map<TopicPartition, Long> from,
-      String partition) {
-    Map<TopicPartition, Long> until = endOffsets(consumer, "read_uncommitted");
+  private Set<String> scan(Map<TopicPartition, Long> from, String partition) {
+    Map<TopicPartition, Long> until = endOffsets();
+    try (KafkaConsumer<byte[], byte[]> consumer = consumer("read_committed")) {
+      return scan(consumer, from, until, partition);
+    }
+  }
+
+  private static Set<String> scan(KafkaConsumer<byte[], byte[]> consumer,
+      Map<TopicPartition, Long> from, Map<TopicPartition, Long> until, String partition) {
     List<TopicPartition> parts = new ArrayList<>(until.keySet());
     consumer.assign(parts);
     for (TopicPartition tp : parts) {
@@ -427,23 +474,39 @@ public final class ExactlyOnceKafkaWriter extends ForeachWriter<Row> {
     }
   }
 
-  private Map<TopicPartition, Long> endOffsets(KafkaConsumer<byte[], byte[]> consumer,
-      String isolation) {
-    List<TopicPartition> parts = new ArrayList<>();
-    for (String t : topics) {
-      List<PartitionInfo> infos = consumer.partitionsFor(t, Duration.ofSeconds(30));
-      if (infos == null || infos.isEmpty()) {
-        throw new IllegalStateException("output topic " + t + " does not exist");
-      }
-      for (PartitionInfo pi : infos) {
-        parts.add(new TopicPartition(t, pi.partition()));
-      }
+  /**
+   * The output topics' end offsets (read_uncommitted: open transactions included), through a
+   * consumer kept in this JVM across epochs (building one per epoch and task stalled every
+   * checkpoint boundary).
+   */
+  @SuppressWarnings("unchecked")
+  private Map<TopicPartition, Long> endOffsets() {
+    String key = "end-offsets|" + bootstrap;
+    KafkaConsumer<byte[], byte[]> consumer = (KafkaConsumer<byte[], byte[]>) ClientPool.take(key);
+    if (consumer == null) {
+      consumer = consumer("read_uncommitted");
     }
-    if (isolation.equals("read_committed")) {
-      return consumer.endOffsets(parts, Duration.ofSeconds(30));
-    }
-    try (KafkaConsumer<byte[], byte[]> plain = consumer(isolation)) {
-      return plain.endOffsets(parts, Duration.ofSeconds(30));
+    boolean ok = false;
+    try {
+      List<TopicPartition> parts = new ArrayList<>();
+      for (String t : topics) {
+        List<PartitionInfo> infos = consumer.partitionsFor(t, Duration.ofSeconds(30));
+        if (infos == null || infos.isEmpty()) {
+          throw new IllegalStateException("output topic " + t + " does not exist");
+        }
+        for (PartitionInfo pi : infos) {
+          parts.add(new TopicPartition(t, pi.partition()));
+        }
+      }
+      Map<TopicPartition, Long> ends = consumer.endOffsets(parts, Duration.ofSeconds(30));
+      ok = true;
+      return ends;
+    } finally {
+      if (ok) {
+        ClientPool.giveBack(key, consumer);
+      } else {
+        ClientPool.close(consumer);
+      }
     }
   }
 

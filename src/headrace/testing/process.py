@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import socket
 import subprocess
@@ -62,23 +63,42 @@ class ServerProcess:
             return list(self.output)
 
     def _wait_ready(self, marker: str, timeout: float, what: str) -> str:
-        """Read output until a line contains ``marker``; return it. Blocks up to ``timeout``."""
-        assert self.process is not None and self.process.stdout is not None
+        """Wait until a line of output contains ``marker``; return it. Blocks up to
+        ``timeout`` (scaled) even when the process prints nothing at all (a server whose
+        logging is misconfigured used to hang its caller in ``readline``); the output keeps
+        being drained (and kept) afterwards."""
+        process = self.process
+        assert process is not None and process.stdout is not None
+        stdout = process.stdout
+        lines: queue.Queue[str | None] = queue.Queue()
+        done = threading.Event()
+
+        def pump() -> None:
+            for line in stdout:
+                with self._output_lock:
+                    self.output.append(line)
+                if not done.is_set():
+                    lines.put(line)
+            lines.put(None)
+
+        threading.Thread(target=pump, daemon=True).start()
         deadline = time.monotonic() + scaled(timeout)
-        while True:
-            line = self.process.stdout.readline()
-            if not line:
-                self.process.wait()
-                raise EmbeddedBrokerError(f"{what} exited during start-up:\n"
-                                          + "".join(self.output_lines()))
-            self.output.append(line)
-            if marker in line:
-                threading.Thread(target=self._drain, args=(self.process,), daemon=True).start()
-                return line
-            if time.monotonic() > deadline:
-                self.kill()
-                raise EmbeddedBrokerError(f"{what} did not start in time:\n"
-                                          + "".join(self.output_lines()))
+        try:
+            while True:
+                try:
+                    got = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    self.kill()
+                    raise EmbeddedBrokerError(f"{what} did not start in time:\n"
+                                              + "".join(self.output_lines())) from None
+                if got is None:
+                    process.wait()
+                    raise EmbeddedBrokerError(f"{what} exited during start-up:\n"
+                                              + "".join(self.output_lines()))
+                if marker in got:
+                    return got
+        finally:
+            done.set()
 
     def stop(self, timeout: float = 15.0) -> int:
         """Stop cleanly (SIGTERM) and return the exit code; SIGKILL after ``timeout``."""

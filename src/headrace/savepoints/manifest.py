@@ -68,8 +68,9 @@ class SinkReplay:
     """The real-time exactly-once sink's replay records as of the savepoint's batch
     (``headrace.savepoints.replay``): what a query started from the savepoint must not write
     again. ``offsets``: per output topic and partition, where the output of the input after
-    the savepoint's source offsets begins (a lower bound: the output topics' end offsets
-    when the first task of the epoch after the savepoint's batch, ``epoch``, opened);
+    the savepoint's source offsets begins (a lower bound: the least of the output topics'
+    end offsets that the tasks of epoch ``epoch`` recorded as they opened: the epoch after
+    the savepoint's batch, or the batch's own when some task had not opened the next);
     ``ids``: per sink task, the file (relative to the savepoint, one id a line) of the ids
     that task committed for that input before ``offsets`` (what a crashed attempt wrote and
     the replay had not met yet), with ``id_count`` ids in all; ``tasks``: the sink's task

@@ -28,6 +28,7 @@ from headrace.pipelines.fraud.realtime import start as start_realtime
 from headrace.pipelines.fraud.rules import Thresholds
 from headrace.realtime import RuleSet, WindowCount, WindowSum, apply_rules
 from headrace.savepoints import (
+    FORMAT_VERSION,
     IncompatibleStateError,
     Manifest,
     Savepoint,
@@ -190,7 +191,8 @@ def test_rescaled_2_5_3_output_equals_an_unrescaled_run_exactly_once(
 
 def test_manifest_records_the_committed_batch(scenario: Scenario) -> None:
     first, second = scenario.manifests
-    assert first.format_version == 1 and first.spark_version.startswith("4.")
+    assert first.format_version == FORMAT_VERSION == 2 and first.spark_version.startswith("4.")
+    assert first.realtime_sink is None  # no real-time sink in this query
     assert [(o.operator_id, o.name, o.schema_version, o.partitions) for o in first.operators] \
         == [(0, "windowed.columnar", 1, 2)]
     assert (first.shuffle_partitions, second.shuffle_partitions) == (2, 5)

@@ -60,7 +60,7 @@ def inspect_command(
     limit: Annotated[int, typer.Option(help="With --operator: at most this many keys.")] = 20,
 ) -> None:
     """What a savepoint holds: operators (state schema version, keys, bytes), offsets per
-    topic-partition, watermark, sink markers; with ``--operator``, its state per key.
+    topic-partition, watermark, sink markers, the real-time sink's replay records; with ``--operator``, its state per key.
     Reads files only (no Spark); ``Savepoint(path).state(spark, id)`` gives a DataFrame."""
     # here, not at the top: pyarrow is a third of the start-up of every other command
     import pyarrow.parquet as pq
@@ -110,3 +110,13 @@ def inspect_command(
         print_listing(["sink transactional id", "next batch"],
                       [[g, str(n)] for g, n in sorted(m.sink.items())], names_only=False,
                       empty="")
+    replay = m.realtime_sink
+    if replay is not None:
+        stdout.print(escape(
+            f"real-time sink: {replay.tasks} tasks, records of epoch {replay.epoch}, "
+            f"{replay.id_count} ids carried; what it committed from these offsets on is "
+            "not written again by a query started from this savepoint"), soft_wrap=True)
+        print_listing(["output topic", "partition", "from offset"],
+                      [[t, p, str(o)] for t, parts in sorted(replay.offsets.items())
+                       for p, o in sorted(parts.items(), key=lambda kv: int(kv[0]))],
+                      names_only=False, empty="")

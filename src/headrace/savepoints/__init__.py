@@ -7,8 +7,10 @@ one; the toolkit's operators and the pipelines take ``from_savepoint=`` and star
 state with a fresh checkpoint, their sources at its offsets. What may change in between:
 the number of shuffle partitions, the headrace version (state schema versions and
 ``migrations``) and parameters the state does not depend on; a changed key or window is
-refused before anything starts (``IncompatibleStateError``). ``headrace savepoint
-create|inspect`` is the command line.
+refused before anything starts (``IncompatibleStateError``). The real-time path's
+exactly-once sink's replay records travel in the savepoint too (``replay``), so its output
+stays exactly once across the switch. ``headrace savepoint create|inspect`` is the command
+line.
 """
 
 from __future__ import annotations

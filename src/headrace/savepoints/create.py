@@ -35,9 +35,11 @@ from headrace.savepoints.manifest import (
     MANIFEST,
     Manifest,
     Operator,
+    SinkReplay,
     StateVariable,
 )
 from headrace.savepoints.markers import sink_markers
+from headrace.savepoints.replay import read_replay, write_ids
 from headrace.savepoints.state import LEGACY_VERSION, count_keys, decode, jvm_header
 
 # Spark's physical operators that are transformWithState (Scala, Python, pandas flavours).
@@ -106,7 +108,9 @@ def create(spark: SparkSession, checkpoint: str | Path, output: str | Path, *,
     """Write a savepoint of the query whose checkpoint is ``checkpoint`` into ``output``
     (which must not exist), as of its last committed batch (or ``batch_id``). The query
     may be running: what is read is the committed batch, which nothing changes any more.
-    With ``bootstrap_servers`` the exactly-once sink's markers are recorded too.
+    With ``bootstrap_servers`` the exactly-once sink's markers are recorded too. The
+    real-time path's exactly-once sink's replay records are copied (``replay``), read from
+    the checkpoint first, while they still describe that batch.
 
     Blocks while Spark reads the state (one job per state variable). Raises
     ``SavepointError`` for a checkpoint without a committed batch, an existing output,
@@ -118,13 +122,14 @@ def create(spark: SparkSession, checkpoint: str | Path, output: str | Path, *,
     if out.exists():
         raise SavepointError(f"{out} exists; a savepoint is written to a new folder")
     batch = committed_batch(checkpoint, batch_id)
+    replay = read_replay(batch.path, batch.batch_id)
     with _checkpoint_format(spark, batch.checkpoint_format):
-        return _create(spark, batch, out, bootstrap_servers, client_configs)
+        return _create(spark, batch, out, bootstrap_servers, client_configs, replay)
 
 
 def _create(spark: SparkSession, batch: CommittedBatch, out: Path,
-            bootstrap_servers: str | None, client_configs: dict[str, str] | None
-            ) -> Manifest:
+            bootstrap_servers: str | None, client_configs: dict[str, str] | None,
+            replay: tuple[SinkReplay, dict[int, list[str]]] | None) -> Manifest:
     try:
         meta = spark.read.format("state-metadata").option("batchId", batch.batch_id) \
             .load(str(batch.path)).collect()
@@ -147,6 +152,8 @@ def _create(spark: SparkSession, batch: CommittedBatch, out: Path,
         try:
             operators = [_copy_operator(spark, batch.path, batch.batch_id, row, tmp)
                          for row in sorted(meta, key=lambda r: r.operatorId)]
+            if replay is not None:
+                write_ids(tmp, *replay)
         except PySparkException as e:
             # e.g. a checkpoint moved since it was written: transformWithState's metadata
             # names its schema files by absolute path
@@ -158,7 +165,8 @@ def _create(spark: SparkSession, batch: CommittedBatch, out: Path,
             checkpoint=str(batch.path), query_id=batch.query_id, batch_id=batch.batch_id,
             shuffle_partitions=batch.shuffle_partitions, watermark_ms=batch.watermark_ms,
             sources=batch.sources, operators=tuple(operators), sink=sink,
-            headrace_version=headrace.__version__, spark_version=pyspark.__version__)
+            headrace_version=headrace.__version__, spark_version=pyspark.__version__,
+            realtime_sink=None if replay is None else replay[0])
         with open(tmp / MANIFEST, "w") as f:
             f.write(manifest.to_json())
             f.flush()

@@ -4,11 +4,13 @@ The folder::
 
     manifest.json
     operators/<operator id>/<state variable>.parquet/   (Spark's Parquet: part files)
+    realtime-sink/<task>.ids                             (format 2: ``SinkReplay.ids``)
 
 Each state variable's rows are the state data source's (``spark.read.format("statestore")``)
 key columns flattened (for headrace's operators: the bucket, ``__headrace_bucket``) and
 its value columns (``keys``: the bucket's pickled value, ``headrace.savepoints.state``).
-``FORMAT_VERSION`` changes when this layout does; a reader refuses a newer one.
+``FORMAT_VERSION`` changes when this layout does; a reader refuses a newer one and reads
+every older one (1: no ``realtime_sink``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from typing import Any
 
 from headrace.savepoints.errors import SavepointError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""2: ``realtime_sink``, the real-time exactly-once sink's replay records."""
 MANIFEST = "manifest.json"
 
 
@@ -61,12 +64,33 @@ class Operator:
 
 
 @dataclass(frozen=True)
+class SinkReplay:
+    """The real-time exactly-once sink's replay records as of the savepoint's batch
+    (``headrace.savepoints.replay``): what a query started from the savepoint must not write
+    again. ``offsets``: per output topic and partition, where the output of the input after
+    the savepoint's source offsets begins (a lower bound: the least of the output topics'
+    end offsets that the tasks of epoch ``epoch`` recorded as they opened: the epoch after
+    the savepoint's batch, or the batch's own when some task had not opened the next);
+    ``ids``: per sink task, the file (relative to the savepoint, one id a line) of the ids
+    that task committed for that input before ``offsets`` (what a crashed attempt wrote and
+    the replay had not met yet), with ``id_count`` ids in all; ``tasks``: the sink's task
+    count (the query's shuffle partitions)."""
+
+    epoch: int
+    tasks: int
+    offsets: dict[str, dict[str, int]]
+    ids: dict[str, str] = field(default_factory=dict)
+    id_count: int = 0
+
+
+@dataclass(frozen=True)
 class Manifest:
     """Everything a savepoint holds besides its state files. ``sources``: per source of
     the query, in the checkpoint's order, its offsets as ``{topic: {partition: next
     offset}}``; ``watermark_ms``: the watermark the batch after ``batch_id`` runs with;
     ``sink``: the exactly-once sink's markers (transactional id -> next batch) of query
-    ``query_id``, when read (empty otherwise)."""
+    ``query_id``, when read (empty otherwise); ``realtime_sink``: the real-time path's
+    exactly-once sink's replay records (None: the query had no such sink, or format 1)."""
 
     format_version: int
     created_at: str
@@ -80,6 +104,7 @@ class Manifest:
     sink: dict[str, int] = field(default_factory=dict)
     headrace_version: str = ""
     spark_version: str = ""
+    realtime_sink: SinkReplay | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
@@ -94,8 +119,10 @@ class Manifest:
         operators = tuple(
             Operator(**{**o, "variables": tuple(StateVariable(**v) for v in o["variables"])})
             for o in raw.pop("operators"))
+        replay = raw.pop("realtime_sink", None)
         return Manifest(**{**raw, "operators": operators,
-                           "sources": tuple(raw.get("sources", ()))})
+                           "sources": tuple(raw.get("sources", ())),
+                           "realtime_sink": None if replay is None else SinkReplay(**replay)})
 
 
 def read_manifest(folder: str | Path) -> Manifest:

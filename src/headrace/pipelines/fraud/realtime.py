@@ -56,6 +56,7 @@ from headrace.realtime import (
     apply_rules,
 )
 from headrace.savepoints import IncompatibleStateError, Savepoint
+from headrace.savepoints.replay import SINK_DIR, seed
 from headrace.streaming.errors import SpecError
 from headrace.streaming.timeutil import duration_ms
 
@@ -338,7 +339,7 @@ def checkpoint_interval_ms(text: str) -> int:
     return ms
 
 
-SINK_STATE = "exactly-once-sink"
+SINK_STATE = SINK_DIR
 """Where, under the checkpoint, the exactly-once sink records each epoch's start offsets."""
 
 
@@ -351,7 +352,12 @@ def start(spark: SparkSession, cfg: RealtimeConfig, query_name: str = "fraud-rea
     Raises ``RealtimeError`` when ``exactly_once`` and the sink's jar is not in the session
     or for a bad ``checkpoint_interval`` (``checkpoint_interval_ms``);
     with ``from_savepoint``, ``IncompatibleStateError`` for a checkpoint that is not fresh
-    (Spark would take its state and offsets and silently ignore the savepoint's)."""
+    (Spark would take its state and offsets and silently ignore the savepoint's).
+
+    With ``from_savepoint`` and ``exactly_once``, blocks first while it reads back what the
+    savepoint's query committed after the savepoint's batch (``headrace.savepoints.replay``:
+    the replay from the savepoint's offsets skips it), so that query must be stopped
+    first; raises ``SavepointError`` when that output cannot be read."""
     if cfg.from_savepoint is not None and any(Path(cfg.checkpoint, "commits").glob("[0-9]*")):
         raise IncompatibleStateError(
             f"checkpoint {cfg.checkpoint} has committed batches: a query starts from a "
@@ -359,6 +365,8 @@ def start(spark: SparkSession, cfg: RealtimeConfig, query_name: str = "fraud-rea
     interval = f"{checkpoint_interval_ms(cfg.checkpoint_interval)} milliseconds"
     out = operator_output(spark, cfg)
     if cfg.exactly_once:
+        if cfg.from_savepoint is not None:
+            _seed_sink(spark, Savepoint(cfg.from_savepoint), cfg)
         return _start_exactly_once(spark, exactly_once_rows(out, cfg), cfg, interval,
                                    query_name)
     rows = sink_rows(alert_columns(out, cfg))
@@ -373,6 +381,18 @@ def start(spark: SparkSession, cfg: RealtimeConfig, query_name: str = "fraud-rea
     trigger: Any = writer.trigger
     query: StreamingQuery = trigger(realTime=interval).start()
     return query
+
+
+def _seed_sink(spark: SparkSession, sp: Savepoint, cfg: RealtimeConfig) -> None:
+    """The new checkpoint's sink skips what the savepoint's query committed after it. A
+    savepoint without the real-time sink's records (format 1, or of another query) has
+    nothing to skip."""
+    replay = sp.manifest.realtime_sink
+    if replay is None:
+        return
+    tasks = int(spark.conf.get("spark.sql.shuffle.partitions") or "200")
+    seed(sp.path, replay, f"{cfg.checkpoint.rstrip('/')}/{SINK_STATE}", tasks,
+         cfg.bootstrap_servers)
 
 
 def _start_exactly_once(spark: SparkSession, rows: DataFrame, cfg: RealtimeConfig,

@@ -48,5 +48,5 @@ def test_the_ready_line_is_returned_and_later_output_still_kept() -> None:
 
 def test_a_server_that_exits_during_start_up_says_so_with_its_output() -> None:
     server = Script("print('bad config'); raise SystemExit(3)")
-    with pytest.raises(EmbeddedBrokerError, match="(?s)s exited during start-up:.*bad config"):
+    with pytest.raises(EmbeddedBrokerError, match=r"(?s)s exited during start-up:.*bad config"):
         server._wait_ready("ready", 30.0, "s")

@@ -377,6 +377,8 @@ def _run(settings: LiveSettings, bootstrap: str, console: Console) -> LiveSummar
                 raise PipelineError("the generator stopped before the transactions")
         console.print("starting the pipelines and loading the profiles into them ...")
         if rt:
+            console.print(f"the real-time path checkpoints every {settings.checkpoint_interval}"
+                          " (each checkpoint boundary delays alerts for a few seconds)")
             queries.append(realtime.start(spark, realtime.RealtimeConfig(
                 bootstrap, f"{checkpoint}/realtime", topics=topics,
                 checkpoint_interval=settings.checkpoint_interval,

@@ -26,6 +26,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
@@ -37,10 +38,19 @@ from typing import Any
 import pytest
 
 from headrace.cluster import KafkaCluster, SparkCluster
+from headrace.pipelines.fraud.generator import FraudTopics, run
 from headrace.pipelines.fraud.truth import GroundTruth
 from headrace.testing import scaled
 from tests.cluster.conftest import REPO_ROOT, create_topic, produce
-from tests.pipelines.fraud_support import alerts_of, check_alerts, check_patterns, generate
+from tests.cluster.realtime_worker import topics
+from tests.pipelines.fraud_support import (
+    alerts_of,
+    check_alerts,
+    check_patterns,
+    end_offsets,
+    fraud_config,
+    generate,
+)
 from tests.spark.kafka_helpers import read_all
 from tests.spark.spark_workers.supervisor import SparkWorker
 
@@ -189,6 +199,89 @@ def test_fraud_micro_batch_pipeline_on_the_clusters_alerts_exactly(
     check_alerts(alerts_of(bootstrap), app_run.truth)
     for topic in ("transactions", "fraud-alerts"):
         assert {len(p.replicas) for p in clusters.kafka.partitions(topic).values()} == {3}
+
+
+def _alerts_after(bootstrap: str, topic: str, since_ms: int) -> int:
+    """How many committed alerts are on transactions that reached the broker after
+    ``since_ms``."""
+    return sum(a["ingest_ms"] > since_ms for a in alerts_of(bootstrap, topic))
+
+
+def test_realtime_fraud_path_on_the_clusters_alerts_exactly_once_across_a_leader_kill(
+        clusters: Clusters, tmp_path: Path) -> None:
+    """The real-time path (Real-Time Mode, the JVM rule operator, the exactly-once JVM sink)
+    as an application on the standalone master (one 4-core executor per worker: the
+    query's 7 tasks run at once), its topics all led by one broker. Once alerts flow, that
+    broker is killed with ``kill -9`` while transactions keep coming, and restarted once
+    its partitions have moved. Alerting goes on (alerts on transactions that arrived after
+    the kill), and the alerts read with read_committed are the injected incidents one for
+    one: none missing, none twice."""
+    cluster = clusters.kafka
+    victim = cluster.broker_ids[0]
+    prefix = f"cluster-rt-{uuid.uuid4().hex[:8]}"
+    names = topics(prefix)
+    create_topic(cluster, names.transactions, partitions=4, leader=victim)
+    create_topic(cluster, names.profiles, leader=victim, config={"cleanup.policy": "compact"})
+    create_topic(cluster, names.alerts, leader=victim)
+    create_topic(cluster, names.dead_letters, leader=victim)
+    bootstrap = cluster.bootstrap_servers
+    worker = SparkWorker("tests.cluster.realtime_worker",
+                         [clusters.spark.master_url, bootstrap, str(tmp_path / "checkpoint"),
+                          prefix], tmp_path, "realtime")
+    config = fraud_config(23, RT_RATE, RT_DURATION_S)
+    generator_topics = FraudTopics(transactions=names.transactions, profiles=names.profiles)
+    truth_box: list[GroundTruth] = []
+
+    def profiles_read() -> None:
+        _wait_progress(worker, names.profiles, config.users)
+
+    traffic = threading.Thread(target=lambda: truth_box.append(run(
+        bootstrap, config, topics=generator_topics, realtime=True,
+        before_stream=profiles_read)), daemon=True)
+    try:
+        worker.spawn()
+        assert worker.wait_for("started", 240), worker.stderr_tail()
+        traffic.start()
+        deadline = time.monotonic() + scaled(180)
+        while end_offsets(bootstrap, names.alerts) == 0:
+            assert time.monotonic() < deadline and not worker.exited(), worker.stderr_tail()
+            time.sleep(0.2)
+        killed_ms = int(time.time() * 1000)
+        cluster.kill(victim)
+        for topic in (names.transactions, names.alerts):
+            cluster.wait_for_leader(topic, 0, not_on=victim)
+        cluster.start_broker(victim, wait=False)
+        deadline = time.monotonic() + scaled(180)
+        while _alerts_after(bootstrap, names.alerts, killed_ms) == 0:
+            assert time.monotonic() < deadline and not worker.exited(), worker.stderr_tail()
+            time.sleep(0.5)
+        traffic.join(scaled(180))
+        assert truth_box, "the generator did not finish"
+        _wait_progress(worker, names.transactions,
+                       end_offsets(bootstrap, names.transactions))
+        assert not any(e.startswith("failed") for e in worker.events()), worker.stderr_tail()
+    finally:
+        worker.kill()
+        traffic.join(scaled(60))
+    check_patterns(truth_box[0])
+    check_alerts(alerts_of(bootstrap, names.alerts), truth_box[0])
+    assert len(read_all(bootstrap, names.dead_letters)) == truth_box[0].malformed_count
+    cluster.wait_for_brokers()
+
+
+RT_RATE, RT_DURATION_S = 100, 40  # 4,000 transactions over 40 s of arrivals
+
+
+def _wait_progress(worker: SparkWorker, topic: str, at_least: int) -> None:
+    """Until the real-time worker's latest checkpoint has read ``at_least`` records of
+    ``topic`` (summed over its partitions)."""
+    deadline = time.monotonic() + scaled(240)
+    while True:
+        progress = [e for e in worker.events() if e.startswith("progress ")]
+        if progress and json.loads(progress[-1].split(" ", 1)[1]).get(topic, 0) >= at_least:
+            return
+        assert time.monotonic() < deadline and not worker.exited(), worker.stderr_tail()
+        time.sleep(0.2)
 
 
 def test_exactly_once_query_on_a_spark_cluster_survives_a_leader_and_a_worker_kill(

@@ -2,13 +2,15 @@
 (``headrace.pipelines.fraud.realtime``: the JVM rule operator, the exactly-once JVM sink),
 an application on a Spark standalone master.
 
-``python -m tests.cluster.realtime_worker MASTER BOOTSTRAP CHECKPOINT PREFIX``: topics
+``python -m tests.cluster.realtime_worker MASTER BOOTSTRAP CHECKPOINT PREFIX [INTERVAL]``
+(the checkpoint interval, 5 s unless given): topics
 ``PREFIX-transactions``, ``-profiles``, ``-alerts``, ``-dlq``. Real-Time Mode schedules
 every task of the query's stages at once (5 source partitions + 2 shuffle partitions: 7),
 so the application asks for one executor of 4 cores on each of the two workers (8 task
-slots; ``headrace cluster up`` has each worker offer 4). Says ``started``, ``progress
-<json>`` (source end offsets per topic at each checkpoint) and ``failed <error>``, as
-``tests.pipelines.realtime_worker`` does.
+slots; ``headrace cluster up`` has each worker offer 4). Serves the query's pipeline
+metrics (``headrace.spark.metrics``, with the cluster for lag and dead letters) and says
+``metrics <url>``, then ``started``, ``progress <json>`` (source end offsets per topic at
+each checkpoint) and ``failed <error>``, as ``tests.pipelines.realtime_worker`` does.
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ import time
 
 from headrace.pipelines.fraud.pipeline import PipelineTopics
 from headrace.pipelines.fraud.realtime import RealtimeConfig, start
+from headrace.spark.metrics import serve_pipeline_metrics
 from tests.spark.spark_workers.common import build_session, say
+
+QUERY = "fraud-realtime"
 
 
 def topics(prefix: str) -> PipelineTopics:
@@ -29,10 +34,15 @@ def topics(prefix: str) -> PipelineTopics:
 
 def main() -> None:
     master, bootstrap, checkpoint, prefix = sys.argv[1:5]
+    interval = sys.argv[5] if len(sys.argv) > 5 else "5 seconds"
     spark = build_session(master, "fraud-realtime-cluster", kafka_connector=True,
                           executor_cores=4, executor_memory="768m")
-    query = start(spark, RealtimeConfig(bootstrap, checkpoint, topics=topics(prefix),
-                                        checkpoint_interval="5 seconds"))
+    names = topics(prefix)
+    _listener, url = serve_pipeline_metrics(spark, bootstrap_servers=bootstrap,
+                                            dead_letter_topics={QUERY: names.dead_letters})
+    say(f"metrics {url}")
+    query = start(spark, RealtimeConfig(bootstrap, checkpoint, topics=names,
+                                        checkpoint_interval=interval), query_name=QUERY)
     say("started")
     seen = -1
     while query.isActive:

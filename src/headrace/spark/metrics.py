@@ -14,9 +14,16 @@ its id when it has none):
 - state rows and state memory (summed over stateful operators);
 - dead letters: records in the query's dead-letter topic (``dead_letter_topics``: the
   tasks write them straight to the log, so the count is read there, at scrape time);
-- whether the query is active.
+- whether the query is active;
+- source lag per partition (with ``bootstrap_servers``): the partition's log end offset,
+  asked of the cluster at scrape time, minus the offset the query's latest progress has
+  read to (its sources' ``endOffset``, for ``format("headrace")`` and ``format("kafka")``
+  alike); a query that has read everything shows 0. A partition whose leader cannot be
+  asked right now (a broker failing over) has no sample in that scrape rather than a wrong
+  one.
 
-The listener runs on the driver; progress arrives after each micro-batch.
+The listener runs on the driver; progress arrives after each micro-batch (in Real-Time
+Mode, at each checkpoint).
 """
 
 from __future__ import annotations
@@ -153,6 +160,62 @@ class PipelineMetrics(StreamingQueryListener, Collector):
                 if count is not None:
                     dead.add_metric([query, topic], count)
             yield dead
+        if self._bootstrap:
+            yield self._source_lag([(name, progress) for name, _a, progress, *_ in queries
+                                    if progress is not None])
+
+    def _source_lag(self, queries: list[tuple[str, dict[str, Any]]]) -> Metric:
+        lag = GaugeMetricFamily("headrace_pipeline_source_lag_records",
+                                "Log end offset now minus the offset the query has read to.",
+                                labels=["query", "topic", "partition"])
+        read = [(name, topic, int(p), int(o)) for name, progress in queries
+                for topic, parts in _source_offsets(progress).items()
+                for p, o in parts.items()]
+        ends = _log_ends(self._bootstrap, {(t, p) for _n, t, p, _o in read})
+        for name, topic, p, offset in sorted(read):
+            if (topic, p) in ends:
+                lag.add_metric([name, topic, str(p)], max(ends[topic, p] - offset, 0))
+        return lag
+
+
+def _source_offsets(progress: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """``{topic: {partition: offset}}`` the query's sources have read to (merged)."""
+    merged: dict[str, dict[str, int]] = {}
+    for source in progress.get("sources") or []:
+        end = source.get("endOffset")
+        if isinstance(end, str):
+            try:
+                end = json.loads(end)
+            except ValueError:
+                continue
+        if not isinstance(end, dict):
+            continue
+        for topic, parts in end.items():
+            if isinstance(parts, dict):
+                merged.setdefault(topic, {}).update(
+                    {str(p): int(o) for p, o in parts.items() if isinstance(o, int)})
+    return merged
+
+
+def _log_ends(bootstrap_servers: str, partitions: set[tuple[str, int]]) -> dict[tuple[str, int],
+                                                                                int]:
+    """Each partition's log end offset (high watermark); partitions that cannot be asked
+    now (no leader, a leader just killed) are left out."""
+    if not partitions:
+        return {}
+    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": "headrace-metrics",
+                         "log_level": 3})
+    ends: dict[tuple[str, int], int] = {}
+    try:
+        for topic, p in sorted(partitions):
+            try:
+                _low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5)
+            except KafkaException:
+                continue
+            ends[topic, p] = int(high)
+        return ends
+    finally:
+        consumer.close()
 
 
 def _records_in(bootstrap_servers: str, topic: str) -> int | None:

@@ -141,7 +141,7 @@ class AppRun:
 
 
 BANK_ACCOUNTS = [f"acc-{i}" for i in range(4)]
-BANK_COMMANDS = 90  # by three writers; the leader is killed after 30, restarted after 60
+BANK_COMMANDS = 60  # by three writers; the leader is killed after 20, restarted after 40
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ contiguous, stale appends refused, read models equal to a replay of the log). A 
 application runs the fraud pipeline's real-time path (Real-Time Mode, 4-core executors)
 through a kill -9 of the broker leading all its topics: alerts exactly once, alerting on
 after the kill, and its pipeline metrics (input rate, per-partition source lag down to 0,
-rows read) right.
+rows read, dead letters) right.
 """
 
 from __future__ import annotations
@@ -372,7 +372,8 @@ def test_realtime_fraud_path_on_the_clusters_alerts_exactly_once_across_a_leader
     the kill), and the alerts read with read_committed are the injected incidents one for
     one: none missing, none twice. The query's pipeline metrics (served by the driver,
     lag asked of the cluster) showed an input rate while transactions flowed, and at the
-    end a lag of 0 on each of the five source partitions and every record read."""
+    end a lag of 0 on each of the five source partitions, every record read and each
+    dead letter counted once (the sink's transaction markers take offsets too)."""
     cluster = clusters.kafka
     victim = cluster.broker_ids[0]
     prefix = f"cluster-rt-{uuid.uuid4().hex[:8]}"
@@ -421,8 +422,10 @@ def test_realtime_fraud_path_on_the_clusters_alerts_exactly_once_across_a_leader
         assert not any(e.startswith("failed") for e in worker.events()), worker.stderr_tail()
         # the metrics listener hears of that checkpoint's progress a moment after the query
         caught_up = _scrape(url)
+        dead = ("headrace_pipeline_dead_letters_total", (QUERY, names.dead_letters))
         deadline = time.monotonic() + scaled(60)
-        while any(_lag(caught_up).values()) or len(_lag(caught_up)) < 5:
+        while any(_lag(caught_up).values()) or len(_lag(caught_up)) < 5 or \
+                caught_up.get(dead) != truth_box[0].malformed_count:
             assert time.monotonic() < deadline, caught_up
             time.sleep(0.5)
             caught_up = _scrape(url)
@@ -433,11 +436,13 @@ def test_realtime_fraud_path_on_the_clusters_alerts_exactly_once_across_a_leader
     check_alerts(alerts_of(bootstrap, names.alerts), truth_box[0])
     assert len(read_all(bootstrap, names.dead_letters)) == truth_box[0].malformed_count
     # The pipeline metrics of the job on the cluster: an input rate while transactions
-    # flowed; at the end every source partition's lag 0 and every record read.
+    # flowed; at the end every source partition's lag 0, every record read, and the dead
+    # letters the exactly-once sink committed counted once each.
     assert flowing[("headrace_pipeline_input_rows_per_second", (QUERY,))] > 0, flowing
     assert _lag(caught_up) == {(names.transactions, str(p)): 0 for p in range(4)} | \
         {(names.profiles, "0"): 0}, caught_up
     assert caught_up[("headrace_pipeline_input_rows_total", (QUERY,))] == sum(records.values())
+    assert caught_up[dead] == truth_box[0].malformed_count  # not the transaction markers
     cluster.wait_for_brokers()
 
 

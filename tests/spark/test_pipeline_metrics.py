@@ -26,6 +26,15 @@ def scrape(url: str) -> dict[tuple[str, str], float]:
             for family in text_string_to_metric_families(text) for s in family.samples}
 
 
+def lag_of(url: str, query: str) -> dict[tuple[str, str], float]:
+    """``headrace_pipeline_source_lag_records`` of ``query``: (topic, partition) -> lag."""
+    with urllib.request.urlopen(url, timeout=scaled(10)) as r:
+        text = r.read().decode()
+    return {(s.labels["topic"], s.labels["partition"]): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples
+            if s.name == "headrace_pipeline_source_lag_records" and s.labels["query"] == query}
+
+
 def test_progress_of_a_windowed_query_is_exported(spark: SparkSession, broker: EmbeddedBroker,
                                                   topic_name: str, tmp_path: Path) -> None:
     create_topic(broker.bootstrap_servers, topic_name, 2)
@@ -74,6 +83,11 @@ def test_progress_of_a_windowed_query_is_exported(spark: SparkSession, broker: E
         assert s[("headrace_pipeline_batch_duration_seconds", "metered-counts")] > 0
         assert s[("headrace_pipeline_state_rows", "metered-counts")] >= 1
         assert s[("headrace_pipeline_state_memory_bytes", "metered-counts")] > 0
+        # Both source partitions read to their end: lag 0 each, asked of the broker.
+        assert lag_of(url, "metered-counts") == {(topic_name, "0"): 0, (topic_name, "1"): 0}
+        produce(broker.bootstrap_servers, topic_name,
+                [(b"k", json.dumps({"ts": base}).encode(), p) for p in (0, 1, 1)])
+        assert lag_of(url, "metered-counts") == {(topic_name, "0"): 1, (topic_name, "1"): 2}
         # The watermark is event time (2023) far behind the wall clock.
         assert s[("headrace_pipeline_watermark_delay_seconds", "metered-counts")] > 86_400
         # The console plots them.

@@ -51,13 +51,16 @@ def up(
         min=0, help="Spark workers (0: no Spark cluster).")] = 2,
     worker_memory: Annotated[str, typer.Option(
         help="Memory each Spark worker offers its executors.")] = "1g",
+    worker_cores: Annotated[int, typer.Option(
+        min=1, help="Cores each Spark worker offers its executors (task slots, not CPUs: "
+        "a Real-Time Mode query needs one per task of its stages at once).")] = 4,
 ) -> None:
     """Start the clusters in the background; print where they listen."""
     state_dir.mkdir(parents=True, exist_ok=True)
     _refuse_running(state_dir)
     kafka = KafkaCluster(brokers, replication_factor, min_insync_replicas,
                          data_dir=state_dir / "kafka", fast_jvm=False)
-    spark = SparkCluster(spark_workers, worker_memory=worker_memory,
+    spark = SparkCluster(spark_workers, worker_cores=worker_cores, worker_memory=worker_memory,
                          data_dir=state_dir / "spark") if spark_workers else None
     # The two start side by side (each is mostly JVMs starting); a failure of either
     # stops both.

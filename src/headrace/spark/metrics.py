@@ -12,11 +12,20 @@ its id when it has none):
   ``numRowsDroppedByWatermark``; the toolkit's late side output is a topic, counted by the
   broker's metrics);
 - state rows and state memory (summed over stateful operators);
-- dead letters: records in the query's dead-letter topic (``dead_letter_topics``: the
-  tasks write them straight to the log, so the count is read there, at scrape time);
-- whether the query is active.
+- dead letters: records committed to the query's dead-letter topic
+  (``dead_letter_topics``: the tasks write them straight to the log, so they are counted
+  there, at scrape time, reading what is new since the last scrape with read_committed;
+  transaction markers and aborted records do not count);
+- whether the query is active;
+- source lag per partition (with ``bootstrap_servers``): the partition's log end offset,
+  asked of the cluster at scrape time, minus the offset the query's latest progress has
+  read to (its sources' ``endOffset``, for ``format("headrace")`` and ``format("kafka")``
+  alike); a query that has read everything shows 0. A partition whose leader cannot be
+  asked right now (a broker failing over) has no sample in that scrape rather than a wrong
+  one.
 
-The listener runs on the driver; progress arrives after each micro-batch.
+The listener runs on the driver; progress arrives after each micro-batch (in Real-Time
+Mode, at each checkpoint).
 """
 
 from __future__ import annotations
@@ -29,7 +38,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -64,6 +73,7 @@ class PipelineMetrics(StreamingQueryListener, Collector):
         self._lock = threading.Lock()
         self._queries: dict[str, _Query] = {}
         self._dead_letter_topics = dict(dead_letter_topics or {})
+        self._dead_letter_counts: dict[str, _CommittedCount] = {}
         self._bootstrap = bootstrap_servers
 
     # -- listener ----------------------------------------------------------------------------
@@ -146,32 +156,123 @@ class PipelineMetrics(StreamingQueryListener, Collector):
         yield from c.values()
         if self._dead_letter_topics:
             dead = CounterMetricFamily("headrace_pipeline_dead_letters",
-                                       "Records in the query's dead-letter topic.",
+                                       "Records committed to the query's dead-letter topic.",
                                        labels=["query", "topic"])
             for query, topic in sorted(self._dead_letter_topics.items()):
-                count = _records_in(self._bootstrap, topic)
+                counter = self._dead_letter_counts.setdefault(
+                    topic, _CommittedCount(self._bootstrap, topic))
+                count = counter.update()
                 if count is not None:
                     dead.add_metric([query, topic], count)
             yield dead
+        if self._bootstrap:
+            yield self._source_lag([(name, progress) for name, _a, progress, *_ in queries
+                                    if progress is not None])
+
+    def _source_lag(self, queries: list[tuple[str, dict[str, Any]]]) -> Metric:
+        lag = GaugeMetricFamily("headrace_pipeline_source_lag_records",
+                                "Log end offset now minus the offset the query has read to.",
+                                labels=["query", "topic", "partition"])
+        read = [(name, topic, int(p), int(o)) for name, progress in queries
+                for topic, parts in _source_offsets(progress).items()
+                for p, o in parts.items()]
+        ends = _log_ends(self._bootstrap, {(t, p) for _n, t, p, _o in read})
+        for name, topic, p, offset in sorted(read):
+            if (topic, p) in ends:
+                lag.add_metric([name, topic, str(p)], max(ends[topic, p] - offset, 0))
+        return lag
 
 
-def _records_in(bootstrap_servers: str, topic: str) -> int | None:
-    """Records a topic holds (end minus start offsets); None if it cannot be read."""
+def _source_offsets(progress: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """``{topic: {partition: offset}}`` the query's sources have read to (merged)."""
+    merged: dict[str, dict[str, int]] = {}
+    for source in progress.get("sources") or []:
+        end = source.get("endOffset")
+        if isinstance(end, str):
+            try:
+                end = json.loads(end)
+            except ValueError:
+                continue
+        if not isinstance(end, dict):
+            continue
+        for topic, parts in end.items():
+            if isinstance(parts, dict):
+                merged.setdefault(topic, {}).update(
+                    {str(p): int(o) for p, o in parts.items() if isinstance(o, int)})
+    return merged
+
+
+def _log_ends(bootstrap_servers: str, partitions: set[tuple[str, int]]) -> dict[tuple[str, int],
+                                                                                int]:
+    """Each partition's log end offset (high watermark); partitions that cannot be asked
+    now (no leader, a leader just killed) are left out."""
+    if not partitions:
+        return {}
     consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": "headrace-metrics",
                          "log_level": 3})
+    ends: dict[tuple[str, int], int] = {}
     try:
-        meta = consumer.list_topics(topic, timeout=5).topics.get(topic)
-        if meta is None or meta.error is not None:
-            return None
-        total = 0
-        for p in meta.partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5)
-            total += int(high) - int(low)
-        return total
-    except KafkaException:
-        return None
+        for topic, p in sorted(partitions):
+            try:
+                _low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5)
+            except KafkaException:
+                continue
+            ends[topic, p] = int(high)
+        return ends
     finally:
         consumer.close()
+
+
+class _CommittedCount:
+    """The records a read_committed reader sees in a topic (not transaction markers, which
+    take offsets too, nor aborted records), counted incrementally: each ``update`` reads
+    what is new since the last. The dead-letter topics of the exactly-once sinks are
+    written in Kafka transactions, so their end minus start offsets overcounts (a commit
+    marker after every short transaction of the real-time sink). Thread-safe."""
+
+    def __init__(self, bootstrap_servers: str, topic: str) -> None:
+        self._bootstrap, self._topic = bootstrap_servers, topic
+        self._consumer: Consumer | None = None
+        self._partitions: list[int] = []
+        self._lock = threading.Lock()
+        self.count = 0
+
+    def update(self, budget_s: float = 2.0) -> int | None:
+        """Read up to the partitions' current ends (at most ``budget_s``: an open
+        transaction holds read_committed readers back) and return the count so far; None
+        if the topic cannot be read."""
+        with self._lock:
+            try:
+                return self._update_locked(budget_s)
+            except KafkaException:
+                return None
+
+    def _update_locked(self, budget_s: float) -> int | None:
+        if self._consumer is None:
+            consumer = Consumer({"bootstrap.servers": self._bootstrap,
+                                 "group.id": "headrace-metrics", "log_level": 3,
+                                 "isolation.level": "read_committed",
+                                 "enable.auto.commit": False})
+            meta = consumer.list_topics(self._topic, timeout=5).topics.get(self._topic)
+            if meta is None or meta.error is not None:
+                consumer.close()
+                return None
+            self._partitions = sorted(meta.partitions)
+            consumer.assign([TopicPartition(self._topic, p, OFFSET_BEGINNING)
+                             for p in self._partitions])
+            self._consumer = consumer
+        consumer = self._consumer
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(self._topic, p), timeout=5)
+                for p in self._partitions}
+        deadline = time.monotonic() + budget_s
+        while time.monotonic() < deadline:
+            at = {tp.partition: tp.offset for tp in consumer.position(
+                [TopicPartition(self._topic, p) for p in self._partitions])}
+            # before its first fetch a partition has no position: its start stands in
+            if all(max(at[p], low) >= high for p, (low, high) in ends.items()):
+                break
+            self.count += sum(m.error() is None for m in consumer.consume(1000, timeout=0.1))
+        return self.count
 
 
 def serve_pipeline_metrics(spark: SparkSession, port: int = 0, host: str = "127.0.0.1",

@@ -26,7 +26,8 @@ FAST_JVM_START = "-XX:TieredStopAtLevel=1"
 
 
 def build_session(master: str, app: str, shuffle_partitions: int = 2,
-                  fast_jvm: bool = True, kafka_connector: bool = False) -> SparkSession:
+                  fast_jvm: bool = True, kafka_connector: bool = False,
+                  executor_cores: int = 1, executor_memory: str = "512m") -> SparkSession:
     """A SparkSession on ``master`` (``local[2]`` or ``local-cluster[N,C,M]``) with
     ``format("headrace")`` registered. Executors (local-cluster: separate JVMs that start
     their own Python workers) get this interpreter as ``PYSPARK_PYTHON``. With
@@ -53,9 +54,11 @@ def build_session(master: str, app: str, shuffle_partitions: int = 2,
         builder = builder.config("spark.executor.memory", "768m")
     elif master.startswith("spark://"):
         # A standalone cluster's workers (headrace.cluster.SparkCluster) offer 1 GiB and
-        # one core each: one small executor per worker, tasks retried as on any cluster.
-        builder = (builder.config("spark.executor.memory", "512m")
-                   .config("spark.executor.cores", "1")
+        # a few cores each: one small executor per worker (spark.cores.max caps the
+        # application at two), tasks retried as on any cluster.
+        builder = (builder.config("spark.executor.memory", executor_memory)
+                   .config("spark.executor.cores", str(executor_cores))
+                   .config("spark.cores.max", str(2 * executor_cores))
                    .config("spark.driver.host", os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

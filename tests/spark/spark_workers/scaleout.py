@@ -31,7 +31,11 @@ start a local cluster, so one session serves every broker under test):
 - ``{"name": N, "kind": "fraud", "bootstrap": B, "checkpoint": C, "max_offsets": M}``: the
   fraud pipeline's micro-batch path (``headrace.pipelines.fraud.pipeline``) over its
   topics on ``B`` under ``Trigger.AvailableNow``, ``M`` transactions per micro-batch; the
-  result has the number of micro-batches.
+  result has the number of micro-batches;
+- ``{"name": N, "kind": "bank_projections", "bootstrap": B, "topic": T, "checkpoint": C}``:
+  the bank's read models (``headrace.pipelines.bank.projections``: balances and the daily
+  summary) rebuilt from event topic ``T`` into ``T.balances`` and ``T.daily``
+  (``write_projection(rebuild=True)``); the result has the micro-batches of each.
 
 Each job's result is ``{"ok": true, "seconds": S, ...}`` or ``{"ok": false, "error":
 traceback}``; ``result.json`` is rewritten after every job. Progress lines on stdout
@@ -165,8 +169,26 @@ def fraud(spark: SparkSession, job: dict[str, Any]) -> dict[str, Any]:
     return {"batches": len(query.recentProgress)}
 
 
+def bank_projections(spark: SparkSession, job: dict[str, Any]) -> dict[str, Any]:
+    from headrace.eventsourcing.projection import read_event_log, write_projection
+    from headrace.pipelines.bank.projections import balances, daily_summary
+
+    events = read_event_log(spark, job["bootstrap"], job["topic"])
+    batches = []
+    for name, rows in (("balances", balances(events)), ("daily", daily_summary(events))):
+        query = write_projection(rows, job["bootstrap"], f"{job['topic']}.{name}",
+                                 f"{job['checkpoint']}/{name}", rebuild=True)
+        if not query.awaitTermination(STREAM_TIMEOUT_S):
+            query.stop()
+            raise TimeoutError(f"the projection did not finish within {STREAM_TIMEOUT_S:g} s")
+        if query.exception() is not None:
+            raise RuntimeError(str(query.exception()))
+        batches.append(len(query.recentProgress))
+    return {"batches": batches}
+
+
 JOBS = {"batch_read": batch_read, "stream_copy": stream_copy, "kafka_windows": kafka_windows,
-        "fraud": fraud}
+        "fraud": fraud, "bank_projections": bank_projections}
 
 
 def main(argv: list[str] | None = None) -> int:

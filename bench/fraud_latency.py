@@ -44,15 +44,23 @@ def cell(engine: str, rate: float, duration: float, warmup: float, incidents: fl
     from headrace.pipelines.fraud.live import LiveSettings, run_live
     from headrace.pipelines.fraud.live_view import percentile
 
-    summary = run_live(LiveSettings(rate=rate, duration_s=duration, steady_after_s=warmup,
-                                    engine="microbatch" if engine == "microbatch"
-                                    else "realtime",
-                                    exactly_once=engine != "realtime-alo",
-                                    check=False, drain_timeout_s=90.0,
-                                    incidents_per_min=incidents,
-                                    generator_processes=processes,
-                                    checkpoint_interval=checkpoint_interval),
-                       Console(file=io.StringIO()))
+    kafka = None
+    if engine == "realtime-kafka":  # Apache Kafka instead of the embedded broker
+        from headrace.testing import ApacheKafka
+
+        kafka = ApacheKafka().start()
+    try:
+        summary = run_live(LiveSettings(
+            rate=rate, duration_s=duration, steady_after_s=warmup,
+            engine="microbatch" if engine == "microbatch" else "realtime",
+            exactly_once=engine != "realtime-alo", check=False, drain_timeout_s=90.0,
+            incidents_per_min=incidents, generator_processes=processes,
+            checkpoint_interval=checkpoint_interval,
+            bootstrap_servers=kafka.bootstrap_servers if kafka else None),
+            Console(file=io.StringIO()))
+    finally:
+        if kafka is not None:
+            kafka.stop()
     lat = list(summary.latencies_ms)
     third = max(len(lat) // 3, 1)
     first, last = lat[:third], lat[-third:]
@@ -195,7 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rates", default="1000,5000,20000", help="transactions/s, comma-separated")
     ap.add_argument("--engines", default="realtime,microbatch",
                     help="realtime (exactly-once sink), realtime-alo (Spark's Kafka sink, "
-                    "at-least-once), microbatch")
+                    "at-least-once), realtime-kafka (exactly-once sink on Apache Kafka "
+                    "instead of the embedded broker: JSON transactions, profiles from "
+                    "their topic), microbatch")
     ap.add_argument("--duration", type=float, default=60.0, help="seconds of traffic per cell")
     ap.add_argument("--warmup", type=float, default=15.0, help="seconds before latency counts")
     ap.add_argument("--incidents", type=float, default=60.0,

@@ -15,14 +15,13 @@ each checkpoint) and ``failed <error>``, as ``tests.pipelines.realtime_worker`` 
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 
 from headrace.pipelines.fraud.pipeline import PipelineTopics
 from headrace.pipelines.fraud.realtime import RealtimeConfig, start
 from headrace.spark.metrics import serve_pipeline_metrics
-from tests.spark.spark_workers.common import build_session, say
+from tests.spark.spark_workers.common import build_session, say, say_progress
 
 QUERY = "fraud-realtime"
 
@@ -46,14 +45,7 @@ def main() -> None:
     say("started")
     seen = -1
     while query.isActive:
-        progress = query.lastProgress
-        if progress and progress["batchId"] != seen:
-            seen = progress["batchId"]
-            ends: dict[str, int] = {}
-            for source in progress["sources"]:
-                for topic, parts in json.loads(source.get("endOffset") or "{}").items():
-                    ends[topic] = ends.get(topic, 0) + sum(int(o) for o in parts.values())
-            say(f"progress {json.dumps(ends)}")
+        seen = say_progress(query, seen)
         time.sleep(0.2)
     say(f"failed {query.exception()}")
 

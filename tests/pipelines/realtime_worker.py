@@ -9,12 +9,11 @@ over partitions) at each checkpoint, ``skipped <n>`` when the exactly-once sink 
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 
 from headrace.pipelines.fraud.realtime import RealtimeConfig, start
-from tests.spark.spark_workers.common import build_session, say
+from tests.spark.spark_workers.common import build_session, say, say_progress
 
 
 def main() -> None:
@@ -25,14 +24,7 @@ def main() -> None:
     seen = -1
     said_skipped = 0
     while query.isActive:
-        progress = query.lastProgress
-        if progress and progress["batchId"] != seen:
-            seen = progress["batchId"]
-            ends: dict[str, int] = {}
-            for source in progress["sources"]:
-                for topic, parts in json.loads(source.get("endOffset") or "{}").items():
-                    ends[topic] = ends.get(topic, 0) + sum(int(o) for o in parts.values())
-            say(f"progress {json.dumps(ends)}")
+        seen = say_progress(query, seen)
         jvm_view = spark.sparkContext._jvm
         assert jvm_view is not None
         skipped = int(jvm_view.io.headrace.realtime.ExactlyOnceKafkaWriter.counters()[1])

@@ -6,9 +6,11 @@ Progress goes to stdout, one ``<time.monotonic()> <event>`` line per event, writ
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -23,6 +25,20 @@ def say(event: str) -> None:
 
 FAST_JVM_START = "-XX:TieredStopAtLevel=1"
 """C1 only: a JVM starts ~2 s sooner and runs slower; fine for the small data of tests."""
+
+
+def say_progress(query: Any, seen: int) -> int:
+    """Say ``progress <json>`` (the source end offsets per topic, summed over partitions)
+    when ``query`` has made progress past batch ``seen``; returns the last batch said."""
+    progress = query.lastProgress
+    if not progress or progress["batchId"] == seen:
+        return seen
+    ends: dict[str, int] = {}
+    for source in progress["sources"]:
+        for topic, parts in json.loads(source.get("endOffset") or "{}").items():
+            ends[topic] = ends.get(topic, 0) + sum(int(o) for o in parts.values())
+    say(f"progress {json.dumps(ends)}")
+    return int(progress["batchId"])
 
 
 def build_session(master: str, app: str, shuffle_partitions: int = 2,

@@ -71,11 +71,15 @@ def copy(spark: SparkSession, checkpoint: Path, batch_id: int, operator_id: int,
             f"operator {operator_id} ({SPARK_OPERATOR}): state stores {sorted(stores)} are "
             f"not Spark's stream-stream join state this headrace reads ({sorted(wanted)})")
     variables, columns = [], {}
-    key: list[str] = []
-    for side in SIDES:
-        df = _side(spark, checkpoint, operator_id, batch_id, side)
+    sides = {side: _side(spark, checkpoint, operator_id, batch_id, side) for side in SIDES}
+    # the join columns: the right side's renamed ones (Spark names the key's fields field0..)
+    key = [c[len(RIGHT_PREFIX):] for c in sides["right"].columns if c.startswith(RIGHT_PREFIX)]
+    if not key:
+        raise SavepointError(
+            f"operator {operator_id} ({SPARK_OPERATOR}): its right side has no join column "
+            f"named {RIGHT_PREFIX}<column>; only interval_join's own join can carry over")
+    for side, df in sides.items():
         if side == "right":
-            key = [c[len(RIGHT_PREFIX):] for c in df.columns if c.startswith(RIGHT_PREFIX)]
             df = df.select(*[F.col(c).alias(c[len(RIGHT_PREFIX):]) if c.startswith(RIGHT_PREFIX)
                              else F.col(c) for c in df.columns if c != MATCHED])
         columns[side] = [c for c in df.columns if c != MATCHED]
@@ -83,13 +87,10 @@ def copy(spark: SparkSession, checkpoint: Path, batch_id: int, operator_id: int,
         df.coalesce(1).write.parquet(str(tmp / file))
         for crc in (tmp / file).glob(".*.crc"):  # as create's other files: plain Parquet
             crc.unlink()
-        rows = spark.read.parquet(str(tmp / file)).count()
+        written = spark.read.parquet(str(tmp / file))
+        rows, keys = written.count(), written.select(*key).distinct().count()
         size = sum(f.stat().st_size for f in (tmp / file).rglob("*") if f.is_file())
-        variables.append(StateVariable(side, file, rows, rows, size))
-    if not key:
-        raise SavepointError(
-            f"operator {operator_id} ({SPARK_OPERATOR}): its right side has no join column "
-            f"named {RIGHT_PREFIX}<column>; only interval_join's own join can carry over")
+        variables.append(StateVariable(side, file, rows, keys, size))
     params: dict[str, Any] = {"key": key, **columns}
     return Operator(operator_id=operator_id, spark_operator=SPARK_OPERATOR, name=NAME,
                     schema_version=VERSION, params=params, key_schema={},

@@ -4,7 +4,10 @@ Rows of ``left`` and ``right`` with equal ``on`` columns and
 ``left_time + lower <= right_time <= left_time + upper``, inner or left outer. The output
 is, batch for batch, what Spark's own stream-stream join gives for the same query (it
 used that join until state schema version 1 of ``interval_join``): Spark's join state
-cannot be loaded into a new query, this operator's can (``headrace.savepoints``).
+cannot be loaded into a new query, this operator's can (``headrace.savepoints``). A
+savepoint of a checkpoint of Spark's join (schema version 0, ``savepoints.spark_join``:
+each side's rows and whether a left row matched) starts this operator too: its rows are
+put into this operator's buckets as the query starts (``_from_spark_join``).
 
 Spark's rules, kept here (``W`` is the query's global watermark, the minimum over both
 inputs, in ms; times compare to the microsecond):
@@ -234,7 +237,9 @@ def interval_join(left: DataFrame, right: DataFrame, *, on: list[str], left_time
     out, right columns null, once the watermark passes ``left_time + upper``). Output: the
     left columns, then the right ones but ``on``, as Spark's join gives them.
     ``from_savepoint``: start from a savepoint's state; ``on`` and ``buckets`` must not
-    change (the bounds, the watermark delays and ``how`` may)."""
+    change (the bounds, the watermark delays and ``how`` may). A savepoint of a
+    checkpoint of this join from before transformWithState (Spark's own join) takes any
+    ``buckets``; ``on`` and each side's columns must not change."""
     if how not in ("inner", "left_outer"):
         raise SpecError(f"how must be inner or left_outer, got {how!r}")
     if buckets < 1:

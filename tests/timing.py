@@ -21,7 +21,7 @@ BUDGETS: dict[str, float] = {
     "pipelines": 950,
     "integration": 810,
     "streaming": 580,
-    "savepoints": 325,
+    "savepoints": 420,
     "differential": 170,
     "cluster": 540,
     "eventsourcing": 130,

@@ -39,6 +39,11 @@ class Case:
     steps: tuple[list[dict[str, Any]], list[dict[str, Any]]]
     build: Callable[[DataFrame, Savepoint | None], DataFrame]
     key: str
+    restore: Callable[[DataFrame, Savepoint | None], DataFrame] | None = None
+    """The query started from the case's savepoint, when it is not ``build`` (a checkpoint
+    of an operator this version replaced: the test takes a savepoint of the checkpoint
+    with today's code and starts today's operator from it; the checkpoint itself does
+    not restore, and the corpus keeps no savepoint of it)."""
 
     @property
     def topic(self) -> str:
@@ -107,6 +112,14 @@ def _impressions(start: int, end: int) -> list[dict[str, Any]]:
     return out
 
 
+def _straddling() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``_impressions`` in two steps, the clicks of the first step's last round held back
+    to the second: impressions held in state before the switch are matched after it."""
+    first, second = _impressions(0, 14), _impressions(14, 26)
+    held = [e for e in first if e["kind"] == "c" and e["ts"] >= T0 + 13 * MINUTE]
+    return [e for e in first if e not in held], held + second
+
+
 def _interval(df: DataFrame, sp: Savepoint | None) -> DataFrame:
     """Clicks within 2 minutes of their impression, left outer (unmatched impressions come
     out as the watermark passes), both sides from one topic."""
@@ -117,6 +130,23 @@ def _interval(df: DataFrame, sp: Savepoint | None) -> DataFrame:
                          right_time="click_time", lower=0, upper="2 minutes",
                          left_watermark="1 minute", right_watermark="1 minute",
                          how="left_outer", buckets=4, from_savepoint=sp)
+
+
+def _spark_interval(df: DataFrame, sp: Savepoint | None) -> DataFrame:
+    """``_interval`` as ``interval_join`` built it before it moved onto transformWithState
+    (state schema version 0: Spark's own stream-stream join, left outer), for the corpus
+    case of a checkpoint written then."""
+    assert sp is None, "Spark's own join cannot start from a savepoint"
+    imps = df.where(F.col("kind") == "i").selectExpr("k", "n as imp", "event_time as imp_time")
+    clicks = df.where(F.col("kind") == "c").selectExpr("k", "n as click",
+                                                       "event_time as click_time")
+    lw = imps.withWatermark("imp_time", "60000 milliseconds")
+    rw = clicks.withWatermark("click_time", "60000 milliseconds")
+    r = rw.select(*[F.col(c).alias(f"__r_{c}") if c == "k" else F.col(c) for c in rw.columns])
+    cond = (lw["k"] == r["__r_k"]) \
+        & (r["click_time"] >= lw["imp_time"] + F.expr("INTERVAL 0 MILLISECONDS")) \
+        & (r["click_time"] <= lw["imp_time"] + F.expr("INTERVAL 120000 MILLISECONDS"))
+    return lw.join(r, cond, "leftouter").drop("__r_k")
 
 
 def rule_operator(df: DataFrame, sp: Savepoint | None) -> DataFrame:
@@ -157,6 +187,9 @@ CASES = (
     Case("temporal-join", PRICE_SCHEMA, (_prices(0, 14), _prices(14, 26)), _temporal, "k"),
     Case("interval-join", PRICE_SCHEMA, (_impressions(0, 14), _impressions(14, 26)),
          _interval, "k"),
+    # a checkpoint of interval_join from before transformWithState, migrated by savepoint
+    Case("interval-join-spark", PRICE_SCHEMA, _straddling(), _spark_interval, "k",
+         restore=_interval),
     # the real-time path's operator on the detector's transactions
     Case("realtime-rules", TXN_SCHEMA, (_txns(0, 8), _txns(36, 42)), rule_operator, "card_id"),
 )

@@ -84,6 +84,13 @@ def inspect_command(
                     stdout.print(escape(f"{key!r}: {jvm_state(value)!r}"), soft_wrap=True)
                     shown += 1
                 continue
+            if "keys" not in table.column_names:  # rows: Spark's join (interval_join v0)
+                for row in table.to_pylist():
+                    if shown >= limit:
+                        return
+                    stdout.print(escape(f"{var.name}: {row!r}"), soft_wrap=True)
+                    shown += 1
+                continue
             for value in table.column("keys").to_pylist():
                 held, _, _ = decode(value)
                 for key, state in per_key(op.name, held):

@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 import headrace
+from headrace.savepoints import spark_join
 from headrace.savepoints.checkpoint import CommittedBatch, committed_batch
 from headrace.savepoints.errors import SavepointError
 from headrace.savepoints.manifest import (
@@ -114,9 +115,11 @@ def create(spark: SparkSession, checkpoint: str | Path, output: str | Path, *,
 
     Blocks while Spark reads the state (one job per state variable). Raises
     ``SavepointError`` for a checkpoint without a committed batch, an existing output,
-    or an operator whose state a savepoint cannot carry (Spark's own aggregations and
-    joins: their state is not transformWithState's, so no query could start from it;
-    every headrace operator is transformWithState).
+    or an operator whose state a savepoint cannot carry (Spark's own aggregations: their
+    state is not transformWithState's, so no query could start from it; every headrace
+    operator is transformWithState). Spark's own stream-stream join is the exception:
+    ``interval_join`` was that join before schema version 1, and its state is written
+    for today's ``interval_join`` to start from (``spark_join``).
     """
     out = Path(output)
     if out.exists():
@@ -137,12 +140,12 @@ def _create(spark: SparkSession, batch: CommittedBatch, out: Path,
         raise SavepointError(f"Spark cannot read the operators of {batch.path}: "
                              f"{str(e).splitlines()[0]}") from e
     for row in meta:
-        if row.operatorName not in _TWS:
+        if row.operatorName not in (*_TWS, spark_join.SPARK_OPERATOR):
             raise SavepointError(
                 f"operator {row.operatorId} ({row.operatorName}) keeps Spark's own state, "
                 "which a query cannot start from; savepoints carry transformWithState "
-                "operators (every headrace operator; not a checkpoint of interval_join "
-                "from before it moved onto transformWithState)")
+                "operators (every headrace operator) and interval_join's state from "
+                "before it moved onto transformWithState (Spark's stream-stream join)")
     sink = sink_markers(bootstrap_servers, batch.query_id, client_configs) \
         if bootstrap_servers else {}
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -151,7 +154,18 @@ def _create(spark: SparkSession, batch: CommittedBatch, out: Path,
     try:
         try:
             operators = [_copy_operator(spark, batch.path, batch.batch_id, row, tmp)
-                         for row in sorted(meta, key=lambda r: r.operatorId)]
+                         for row in sorted(meta, key=lambda r: r.operatorId)
+                         if row.operatorName in _TWS]
+            # Spark's join: one metadata row per state store, four per operator
+            joins: dict[int, list[Any]] = {}
+            for row in meta:
+                if row.operatorName == spark_join.SPARK_OPERATOR:
+                    joins.setdefault(row.operatorId, []).append(row)
+            operators += [spark_join.copy(spark, batch.path, batch.batch_id, op_id,
+                                          rows[0].numPartitions,
+                                          {r.stateStoreName for r in rows}, tmp)
+                          for op_id, rows in joins.items()]
+            operators.sort(key=lambda o: o.operator_id)
             if replay is not None:
                 write_ids(tmp, *replay)
         except PySparkException as e:

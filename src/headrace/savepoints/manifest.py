@@ -9,6 +9,9 @@ The folder::
 Each state variable's rows are the state data source's (``spark.read.format("statestore")``)
 key columns flattened (for headrace's operators: the bucket, ``__headrace_bucket``) and
 its value columns (``keys``: the bucket's pickled value, ``headrace.savepoints.state``).
+Spark's own stream-stream join (``interval_join`` before transformWithState, schema
+version 0) is written as rows instead: ``left``/``right``, each side's columns and
+``matched`` (``headrace.savepoints.spark_join``).
 ``FORMAT_VERSION`` changes when this layout does; a reader refuses a newer one and reads
 every older one (1: no ``realtime_sink``).
 """

@@ -133,6 +133,11 @@ class Savepoint:
         resume = Resume(self.manifest.watermark_ms, steps)
         return op, resume
 
+    def find(self, operator: str, family: Sequence[str]) -> Operator:
+        """The savepoint's operator that a new operator named ``operator`` would take its
+        state from (``check`` without the checks: its schema version decides how)."""
+        return self._match(operator, family)
+
     def _match(self, operator: str, family: Sequence[str]) -> Operator:
         if self.operator_id is not None:
             return self.operator(self.operator_id)

@@ -4,7 +4,10 @@ Rows of ``left`` and ``right`` with equal ``on`` columns and
 ``left_time + lower <= right_time <= left_time + upper``, inner or left outer. The output
 is, batch for batch, what Spark's own stream-stream join gives for the same query (it
 used that join until state schema version 1 of ``interval_join``): Spark's join state
-cannot be loaded into a new query, this operator's can (``headrace.savepoints``).
+cannot be loaded into a new query, this operator's can (``headrace.savepoints``). A
+savepoint of a checkpoint of Spark's join (schema version 0, ``savepoints.spark_join``:
+each side's rows and whether a left row matched) starts this operator too: its rows are
+put into this operator's buckets as the query starts (``_from_spark_join``).
 
 Spark's rules, kept here (``W`` is the query's global watermark, the minimum over both
 inputs, in ms; times compare to the microsecond):
@@ -35,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, GroupedData
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import (
     ExpiredTimerInfo,
@@ -44,7 +47,7 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 from pyspark.sql.types import StringType, StructField, StructType
 
-from headrace.savepoints import Savepoint
+from headrace.savepoints import IncompatibleStateError, Resume, Savepoint, spark_join
 from headrace.streaming import buckets, rowjson
 from headrace.streaming.errors import SpecError
 from headrace.streaming.timeutil import duration_ms
@@ -64,6 +67,7 @@ _SIDE = "headrace__side"
 _ROW = "headrace__row"
 _EVENT_TIME = "headrace__event_time"  # the side's time with Spark's watermark on it
 _LEFT, _RIGHT = "headrace__left", "headrace__right"
+_MATCHED = "headrace__matched"  # a savepoint of Spark's join: whether a left row matched
 
 
 class _IntervalProcessor(buckets.BucketProcessor):
@@ -80,6 +84,24 @@ class _IntervalProcessor(buckets.BucketProcessor):
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
         self.bucket = self.bucket_state = handle.getValueState("bucket", buckets.VALUE_SCHEMA)
+
+    def handleInitialState(self, key: Any, initialState: Any,
+                           timerValues: TimerValues) -> None:
+        """A bucket of a savepoint: this operator's value, or rows of Spark's own join
+        (``_from_spark_join``), which become the bucket's keys."""
+        if "keys" in initialState.columns:
+            super().handleInitialState(key, initialState, timerValues)
+            return
+        keys: dict[str, dict[str, list[Any]]] = {}
+        for k, t, side, row, matched in zip(
+                *(initialState[c].tolist() for c in (_KEY, _T, _SIDE, _ROW, _MATCHED)),
+                strict=True):
+            held = keys.setdefault(k, {"L": [], "R": []})
+            if side == "L":
+                held["L"].append([int(t), row, bool(matched)])
+            else:
+                held["R"].append([int(t), row])
+        self._store(None, keys, None)
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
                         timerValues: TimerValues) -> Iterator[pd.DataFrame]:
@@ -161,6 +183,39 @@ class _IntervalProcessor(buckets.BucketProcessor):
         return iter([pd.DataFrame({_LEFT: list(left), _RIGHT: list(right)})])
 
 
+def _from_spark_join(sp: Savepoint, left: DataFrame, right: DataFrame, on: list[str],
+                     left_time: str, right_time: str, n: int
+                     ) -> tuple[GroupedData | None, buckets.Resume]:
+    """The initial state (rows, grouped by bucket) and ``Resume`` of a savepoint of
+    ``interval_join`` on Spark's own join (schema version 0, ``savepoints.spark_join``):
+    each side's rows with their key, time, JSON and ``matched``, bucketed as this join
+    buckets them. Raises ``IncompatibleStateError`` for a changed key or side columns."""
+    op = sp.find(NAME, (NAME,))
+    where = f"operator {op.operator_id} ({NAME} on Spark's own join)"
+    if sorted(op.params.get("key", [])) != sorted(on):
+        raise IncompatibleStateError(f"{where}: its join key {op.params.get('key')} is not "
+                                     f"{on}; {_FIXED['key']}")
+    resume = buckets.Resume(sp.manifest.watermark_ms)
+    frames = []
+    for side, df, time, tag in (("left", left, left_time, "L"),
+                                ("right", right, right_time, "R")):
+        held = op.params.get(side, [])
+        if sorted(held) != sorted(df.columns):
+            raise IncompatibleStateError(
+                f"{where}: its {side} rows have columns {held}, this join's {side} stream "
+                f"{df.columns}; the rows it holds are joined as they are")
+        rows = sp.state(left.sparkSession, op.operator_id, side)
+        matched = F.col(spark_join.MATCHED) if tag == "L" else F.lit(None).cast("boolean")
+        frames.append(rows.select(
+            rowjson.as_json(on).alias(_KEY),
+            F.unix_micros(F.col(time).cast("timestamp")).alias(_T), F.lit(tag).alias(_SIDE),
+            rowjson.as_json(df.columns).alias(_ROW), matched.alias(_MATCHED),
+            rowjson.key_bucket(on, n).alias(BUCKET)))
+    if not op.keys:
+        return None, resume
+    return frames[0].unionByName(frames[1]).groupBy(BUCKET), resume
+
+
 def _tagged(df: DataFrame, side: str, on: list[str], time: str, n: int) -> DataFrame:
     """One side of the union; ``_EVENT_TIME`` keeps the side's watermark (an alias of a
     column keeps its metadata), so Spark drops the late rows before the processor."""
@@ -182,7 +237,9 @@ def interval_join(left: DataFrame, right: DataFrame, *, on: list[str], left_time
     out, right columns null, once the watermark passes ``left_time + upper``). Output: the
     left columns, then the right ones but ``on``, as Spark's join gives them.
     ``from_savepoint``: start from a savepoint's state; ``on`` and ``buckets`` must not
-    change (the bounds, the watermark delays and ``how`` may)."""
+    change (the bounds, the watermark delays and ``how`` may). A savepoint of a
+    checkpoint of this join from before transformWithState (Spark's own join) takes any
+    ``buckets``; ``on`` and each side's columns must not change."""
     if how not in ("inner", "left_outer"):
         raise SpecError(f"how must be inner or left_outer, got {how!r}")
     if buckets < 1:
@@ -197,11 +254,17 @@ def interval_join(left: DataFrame, right: DataFrame, *, on: list[str], left_time
         rowjson.check_json_safe(side, df.schema)
     lo, hi = duration_ms(lower), duration_ms(upper)
     params = {"key": list(on), "buckets": buckets}
-    initial, resume = None, None
+    initial: GroupedData | None = None
+    resume: Resume | None = None
     if from_savepoint is not None:
-        initial, resume = Savepoint.of(from_savepoint).resume(
-            left.sparkSession, operator=NAME, family=(NAME,), version=STATE_VERSION,
-            params=params, fixed=_FIXED, key_column=BUCKET)
+        sp = Savepoint.of(from_savepoint)
+        if sp.find(NAME, (NAME,)).schema_version == spark_join.VERSION:
+            initial, resume = _from_spark_join(sp, left, right, on, left_time, right_time,
+                                               buckets)
+        else:
+            initial, resume = sp.resume(
+                left.sparkSession, operator=NAME, family=(NAME,), version=STATE_VERSION,
+                params=params, fixed=_FIXED, key_column=BUCKET)
     lw = left.withWatermark(left_time, f"{duration_ms(left_watermark)} milliseconds")
     # a null join key equals nothing, as in Spark's join: such right rows can never come
     # out; left ones are held and never match (in a left outer join, they come out with

@@ -12,6 +12,7 @@ from py4j.protocol import Py4JError
 from pyspark.sql import SparkSession
 
 from headrace import jvm
+from headrace.spark import daemon
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
@@ -111,6 +112,8 @@ def local_session(app_name: str = "headrace", master: str = "local[2]",
                # a Python worker that starts on a busy machine may take more than the
                # default 15 s to answer the JVM's handshake ("failed to connect back")
                .config("spark.python.authenticate.socketTimeout", "120s")
+               # Python workers that import PySpark from its compiled files, and preload
+               .config("spark.python.daemon.module", daemon.MODULE)
                .config("spark.driver.memory", "2g"))
     connector = kafka_connector_jars() + realtime_jars() if kafka_connector else []
     if connector:

@@ -12,7 +12,7 @@ import time
 
 from pyspark.sql import SparkSession
 
-from headrace.spark import register
+from headrace.spark import daemon, register
 from headrace.spark.session import jvm_start_options, kafka_connector_jars, realtime_jars
 from headrace.testing import scaled
 
@@ -40,6 +40,7 @@ def build_session(master: str, app: str, shuffle_partitions: int = 2,
                .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
                .config("spark.sql.streaming.stopTimeout", f"{round(scaled(20))}s")
                .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
+               .config("spark.python.daemon.module", daemon.MODULE)
                .config("spark.driver.memory", "1g"))
     options = " ".join(o for o in (FAST_JVM_START if fast_jvm else "", jvm_start_options()) if o)
     if options:

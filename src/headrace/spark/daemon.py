@@ -34,9 +34,12 @@ Cheap to import: nothing of PySpark is loaded before ``main`` has fixed ``sys.pa
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib
 import os
+import shlex
 import sys
+import tempfile
 from pathlib import Path
 
 PRELOAD = (
@@ -97,6 +100,52 @@ def installed_zips(path: list[str]) -> list[str]:
             if (site / f"py4j-{version}.dist-info").is_dir():
                 found.append(entry)
     return found
+
+
+def worker_python(python: str) -> str:
+    """The command for Spark to start its Python processes with (``PYSPARK_PYTHON``).
+
+    Only the tasks' daemon is ``spark.python.daemon.module``: Spark starts the daemons of
+    the data source's other workers as ``pyspark.daemon`` and its streaming source's
+    process directly, all with the zips first on ``PYTHONPATH``. So when ``python`` is
+    this interpreter (whose installed PySpark the zips copy), the answer is a small bash
+    launcher that drops exactly those zips (``installed_zips``) from ``PYTHONPATH`` and
+    execs ``python``; ``python`` itself otherwise, or when the launcher cannot be
+    written. The launcher is kept in the user's cache folder (``$XDG_CACHE_HOME`` or
+    ``~/.cache``, ``headrace/``), named by its content, so writing it is idempotent and
+    safe from several processes at once."""
+    if os.path.abspath(python) != os.path.abspath(sys.executable):
+        return python
+    import pyspark
+
+    package = Path(pyspark.__file__).parent
+    lib = package / "python" / "lib"
+    zips = installed_zips([*(str(z) for z in sorted(lib.glob("*.zip"))), str(package.parent)])
+    if not zips:
+        return python
+    lines = ["#!/bin/bash",
+             "# PYSPARK_PYTHON of headrace's sessions (headrace.spark.daemon.worker_python):",
+             "# the installed PySpark's zips of its sources off PYTHONPATH, then Python.",
+             'p=":$PYTHONPATH:"']
+    for z in zips:
+        lines += [f"z={shlex.quote(z)}", 'p=${p//":$z:"/:}']
+    lines += ["p=${p#:}", "p=${p%:}", 'export PYTHONPATH="$p"',
+              f'exec {shlex.quote(python)} "$@"', ""]
+    text = "\n".join(lines)
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "headrace"
+    launcher = cache / f"spark-python-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+    if launcher.is_file():
+        return str(launcher)
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=cache, prefix=".spark-python-")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, launcher)
+    except OSError:
+        return python
+    return str(launcher)
 
 
 def threads() -> int:

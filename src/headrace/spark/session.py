@@ -96,6 +96,10 @@ def local_session(app_name: str = "headrace", master: str = "local[2]",
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # Python processes that import PySpark from its compiled files (headrace.spark.daemon;
+    # Spark starts the data-source lookup with the driver's Python)
+    for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
+        os.environ[name] = daemon.worker_python(os.environ[name])
     # One machine: bind to loopback (else Spark warns that the hostname resolves to it).
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     log_config = Path(__file__).with_name("log4j2.properties")

@@ -32,8 +32,8 @@ def build_session(master: str, app: str, shuffle_partitions: int = 2,
     their own Python workers) get this interpreter as ``PYSPARK_PYTHON``. With
     ``kafka_connector``, Spark's ``format("kafka")`` jars and the real-time rule operator
     (when built) go in ``spark.jars``, which ships them to every executor."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ["PYSPARK_PYTHON"] = daemon.worker_python(sys.executable)
+    os.environ["PYSPARK_DRIVER_PYTHON"] = daemon.worker_python(sys.executable)
     builder = (SparkSession.builder.master(master).appName(app)
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from headrace.spark import daemon
 from headrace.testing import scaled
 
@@ -79,3 +81,30 @@ def test_without_the_thread_free_settings_pyarrow_starts_a_thread() -> None:
 def daemon_env() -> dict[str, str]:
     """This environment without ``THREAD_FREE``'s settings (``preload`` sets them)."""
     return {k: v for k, v in os.environ.items() if k not in daemon.THREAD_FREE}
+
+
+def test_the_launcher_runs_this_python_without_the_installed_zips(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As Spark starts a Python process: the zips first on ``PYTHONPATH``. Through the
+    launcher PySpark comes from the installed package, and the rest of the path stays."""
+    import pyspark
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    launcher = daemon.worker_python(sys.executable)
+    assert Path(launcher).parent == tmp_path / "headrace"
+    assert daemon.worker_python(sys.executable) == launcher  # written once, then found
+    lib = Path(pyspark.__file__).parent / "python" / "lib"
+    zips = [str(z) for z in sorted(lib.glob("*.zip"))]
+    assert zips, "a pip-installed PySpark ships its zips"
+    kept = str(tmp_path / "elsewhere")
+    code = "import sys, pyspark; print(pyspark.__file__); print(sys.path)"
+    out = subprocess.run([launcher, "-c", code], capture_output=True, text=True,
+                         timeout=scaled(60), check=True,
+                         env={**os.environ, "PYTHONPATH": ":".join([*zips, kept])})
+    pyspark_file, path = out.stdout.splitlines()
+    assert pyspark_file == pyspark.__file__
+    assert kept in path and not any(z in path for z in zips)
+
+
+def test_another_python_is_left_as_it_is() -> None:
+    assert daemon.worker_python("/usr/bin/python3") == "/usr/bin/python3"

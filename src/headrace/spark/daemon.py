@@ -11,9 +11,11 @@ worker it forks cheaper, with nothing else changed:
   is a copy of the installed package without its bytecode, so each process compiled the
   PySpark modules it imported from source: a daemon cost 0.7 CPU s instead of 0.2. When
   the zips are those of the PySpark installed beside them (the zip inside the installed
-  ``pyspark`` package, py4j's of the installed version), they are dropped from
-  ``sys.path`` and the same code is imported from the installed package. Any other zip (a
-  Spark distribution's ``SPARK_HOME``) stays where Spark put it.
+  ``pyspark`` package, py4j's of the installed version: ``installed_zips``), they are
+  dropped from ``sys.path`` and the same code is imported from the installed package.
+  Any other zip (a Spark distribution's ``SPARK_HOME``) stays where Spark put it. Spark
+  uses this module only for the tasks' daemon, so the sessions' ``PYSPARK_PYTHON`` is a
+  launcher that does the same for every other Python process (``worker_python``).
 - **Preloading before the fork.** What every read and write task of ``format("headrace")``
   imports (PySpark's worker machinery, pyarrow, the Kafka clients, the connector's task
   side, ``PRELOAD``) and the compiled record scan loaded from numba's cache

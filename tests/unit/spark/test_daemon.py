@@ -108,3 +108,28 @@ def test_the_launcher_runs_this_python_without_the_installed_zips(
 
 def test_another_python_is_left_as_it_is() -> None:
     assert daemon.worker_python("/usr/bin/python3") == "/usr/bin/python3"
+
+
+def test_a_daemon_whose_preload_left_a_thread_runs_again_without_it() -> None:
+    """numpy's BLAS pool asked for (two threads): the preload leaves a second thread, so
+    the daemon execs itself without preloading; it then serves as PySpark's daemon does
+    (its port on stdout) and stops when its stdin closes, as when Spark stops it."""
+    env = {**daemon_env(), "OPENBLAS_NUM_THREADS": "2"}
+    proc = subprocess.Popen([sys.executable, "-m", daemon.MODULE, "pyspark.worker"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        port = int.from_bytes(proc.stdout.read(4), "big")  # pyspark.daemon's handshake
+        assert 0 < port < 65536
+        environ = Path(f"/proc/{proc.pid}/environ").read_bytes().split(b"\0")
+        assert f"{daemon.NO_PRELOAD}=1".encode() in environ
+        assert daemon_threads(proc.pid) == 1
+        proc.stdin.close()
+        proc.wait(scaled(30))  # PySpark's daemon ends so (its exit code is 1 then)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def daemon_threads(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/task"))

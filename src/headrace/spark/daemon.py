@@ -17,8 +17,8 @@ worker it forks cheaper, with nothing else changed:
   uses this module only for the tasks' daemon, so the sessions' ``PYSPARK_PYTHON`` is a
   launcher that does the same for every other Python process (``worker_python``).
 - **Preloading before the fork.** What every read and write task of ``format("headrace")``
-  imports (PySpark's worker machinery, pyarrow, the Kafka clients, the connector's task
-  side, ``PRELOAD``) and the compiled record scan loaded from numba's cache
+  imports (PySpark's worker machinery, pyarrow, pandas, the Kafka clients, the
+  connector's task side: ``PRELOAD``) and the compiled record scan loaded from numba's cache
   (``headrace.protocol.columnar.warm_up``) are loaded once in the daemon instead of in
   each forked worker: about 1 CPU s less per worker. PySpark imports a worker's modules
   only after the fork because a module that starts a thread is unsafe to import before it
@@ -53,6 +53,7 @@ PRELOAD = (
     "pyarrow",
     "pyarrow.compute",
     "pyarrow.json",
+    "pandas",  # pyarrow imports it at its first conversion of numpy data, in every task
     "confluent_kafka",
     "confluent_kafka.admin",
     "headrace.spark.source",
@@ -63,7 +64,7 @@ PRELOAD = (
     "headrace.protocol.columnar",
 )
 """What the read and write tasks of ``format("headrace")`` import; under ``THREAD_FREE``
-none starts a thread (``tests/spark/test_daemon.py`` checks)."""
+none starts a thread (``tests/unit/spark/test_daemon.py`` checks)."""
 
 THREAD_FREE = {
     "JE_ARROW_MALLOC_CONF": "background_thread:false",  # pyarrow's jemalloc

@@ -248,12 +248,14 @@ public final class ExactlyOnceKafkaWriter extends ForeachWriter<Row> {
     if (producer == null) {
       return;
     }
+    boolean reusable = false;
     try {
       synchronized (lock) {
         if (errorOrNull == null && failure == null) {
           if (inTxn) {
             commitLocked();
           }
+          reusable = true;
         } else if (inTxn) {
           try {
             producer.abortTransaction();
@@ -264,7 +266,8 @@ public final class ExactlyOnceKafkaWriter extends ForeachWriter<Row> {
         }
       }
     } finally {
-      if (errorOrNull == null && failure == null) {
+      // only a producer whose last transaction committed serves the next epoch
+      if (reusable) {
         ClientPool.giveBack(producerKey, producer);
       } else {
         ClientPool.close(producer);

@@ -28,19 +28,14 @@ def test_python_workers_run_from_headraces_daemon_with_pyspark_compiled(
         spark: SparkSession) -> None:
     """The session's tasks run in workers forked from ``headrace.spark.daemon``, which
     imported PySpark from the installed package's compiled files (not Spark's zip of its
-    sources) and preloaded the connector's task side in one thread."""
+    sources)."""
 
-    def where(_: object) -> tuple[str, str, int, bool]:
+    def where(_: object) -> tuple[str, str]:
         import sys
 
-        from headrace.spark import daemon
-
         main = sys.modules["__main__"].__spec__
-        return (sys.modules["pyspark"].__file__ or "", main.name if main else "",
-                daemon.threads(), "headrace.spark.source" in sys.modules)
+        return (sys.modules["pyspark"].__file__ or "", main.name if main else "")
 
-    pyspark_file, main, _threads, preloaded = spark.sparkContext.parallelize(
-        [0], 1).map(where).collect()[0]
+    pyspark_file, main = spark.sparkContext.parallelize([0], 1).map(where).collect()[0]
     assert main == "headrace.spark.daemon"
     assert ".zip" not in pyspark_file and pyspark_file.endswith("pyspark/__init__.py")
-    assert preloaded

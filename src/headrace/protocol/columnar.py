@@ -51,7 +51,6 @@ from headrace.protocol.records import (
     TRANSACTIONAL_FLAG,
     CorruptBatchError,
     UnsupportedMagicError,
-    build_batch,
     compute_crc,
     control_committed,
     parse_header,
@@ -332,16 +331,6 @@ def decode(sections: Sections, low: int, high: int, with_headers: bool, *,
         value=_binary(values, n) if with_value else None, offset=offset,
         timestamp_ms=timestamp_ms, timestamp_type=timestamp_type,
         headers=_header_array(s.buf, heads, n, header_count) if with_headers else None)
-
-
-def warm_up() -> None:
-    """Load the compiled scan now (from numba's cache on disk; compiled, once per source
-    version, on a first run) by decoding one small batch the way a fetch is decoded. About
-    0.5 CPU s, paid by a process that forks the read tasks' workers
-    (``headrace.spark.daemon``) instead of by each of them."""
-    batch = bytearray(build_batch([(b"k", b"v")]))
-    sections, _ = split(memoryview(batch), 0, True, [])
-    decode(sections, 0, 1, True)
 
 
 def _header_array(buf: Any, heads: Any, n: int, total: int) -> pa.Array:

@@ -3,8 +3,8 @@
 A Spark application starts one daemon per kind of Python worker (tasks; and, for a Python
 data source, one each for looking it up, creating it, planning its read, creating its
 writer and committing) and the daemon forks the workers. This module runs PySpark's own
-daemon (``pyspark.daemon.manager``) after two things that make every daemon and every
-worker it forks cheaper, with nothing else changed:
+daemon (``pyspark.daemon.manager``) after the fix that makes every daemon and every
+worker it forks cheaper, with nothing else changed.
 
 - **PySpark from its compiled files.** Spark puts ``$SPARK_HOME/python/lib/pyspark.zip``
   (and py4j's zip) first on a worker's ``PYTHONPATH``. For a pip-installed PySpark that zip
@@ -16,68 +16,26 @@ worker it forks cheaper, with nothing else changed:
   Any other zip (a Spark distribution's ``SPARK_HOME``) stays where Spark put it. Spark
   uses this module only for the tasks' daemon, so the sessions' ``PYSPARK_PYTHON`` is a
   launcher that does the same for every other Python process (``worker_python``).
-- **Preloading before the fork.** What every read and write task of ``format("headrace")``
-  imports (PySpark's worker machinery, pyarrow, pandas, the Kafka clients, the
-  connector's task side: ``PRELOAD``) and the compiled record scan loaded from numba's cache
-  (``headrace.protocol.columnar.warm_up``) are loaded once in the daemon instead of in
-  each forked worker: about 1 CPU s less per worker. PySpark imports a worker's modules
-  only after the fork because a module that starts a thread is unsafe to import before it
-  (a fork copies only the forking thread: a lock another thread held stays held forever
-  in the child), and pyarrow (jemalloc's purging thread) and numpy (OpenBLAS's pool) do
-  start one on import. ``THREAD_FREE`` turns both off (allocation and BLAS then run in the
-  calling thread: the same results), and the daemon checks the kernel's count of its
-  threads after the preload: with more than one it runs again (the same command, through
-  ``exec``) without preloading, so a preload that starts a thread costs time, never a
-  deadlock.
+
+Not preloaded: importing the tasks' modules (pyarrow, pandas, the connector) in the daemon
+before the fork saved about 1 CPU s per worker, but with it ``table_join`` emitted wrong
+rows after its first batch (``tests/streaming/test_joins.py``), cause not found; so each
+worker imports what it runs after the fork, as PySpark's own daemon has it.
 
 Cheap to import: nothing of PySpark is loaded before ``main`` has fixed ``sys.path``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import importlib
 import os
 import shlex
 import sys
 import tempfile
 from pathlib import Path
 
-PRELOAD = (
-    "pyspark.worker",
-    "pyspark.sql.worker.utils",
-    "pyspark.sql.datasource",
-    "pyspark.sql.streaming.datasource",
-    "pyspark.sql.pandas.types",
-    "pyarrow",
-    "pyarrow.compute",
-    "pyarrow.json",
-    "pandas",  # pyarrow imports it at its first conversion of numpy data, in every task
-    "confluent_kafka",
-    "confluent_kafka.admin",
-    "headrace.spark.source",
-    "headrace.spark.sink",
-    "headrace.spark.reading",
-    "headrace.spark.fetcher",
-    "headrace.spark.event_parser",
-    "headrace.protocol.columnar",
-)
-"""What the read and write tasks of ``format("headrace")`` import; under ``THREAD_FREE``
-none starts a thread (``tests/unit/spark/test_daemon.py`` checks)."""
-
-THREAD_FREE = {
-    "JE_ARROW_MALLOC_CONF": "background_thread:false",  # pyarrow's jemalloc
-    "OPENBLAS_NUM_THREADS": "1",  # numpy's BLAS (under pyarrow and numba)
-}
-"""Settings under which the preloaded libraries start no thread on import; set in the
-daemon before it preloads, and so in the workers it forks."""
-
 MODULE = "headrace.spark.daemon"
 """This module's name, for ``spark.python.daemon.module``."""
-
-NO_PRELOAD = "HEADRACE_DAEMON_NO_PRELOAD"
-"""Set (by the daemon itself) when a preload left a thread behind: run without it."""
 
 
 def installed_zips(path: list[str]) -> list[str]:
@@ -151,39 +109,9 @@ def worker_python(python: str) -> str:
     return str(launcher)
 
 
-def threads() -> int:
-    """The threads of this process, as the kernel counts them (a thread started by a C
-    library is invisible to ``threading``); 1 where ``/proc`` is missing."""
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return 1
-
-
-def preload(modules: tuple[str, ...] = PRELOAD) -> None:
-    """Set ``THREAD_FREE`` (where not set already), import ``modules`` and load the
-    compiled record scan. A module that is missing is skipped: preloading only saves
-    time."""
-    for name, value in THREAD_FREE.items():
-        os.environ.setdefault(name, value)
-    for name in modules:
-        with contextlib.suppress(ImportError):
-            importlib.import_module(name)
-    columnar = sys.modules.get("headrace.protocol.columnar")
-    if columnar is not None:
-        columnar.warm_up()
-
-
 def main() -> None:
     for entry in installed_zips(sys.path):
         sys.path.remove(entry)
-    if not os.environ.get(NO_PRELOAD):
-        preload()
-        if threads() > 1:
-            # a preloaded module started a thread: forking now could hand the workers a
-            # lock held forever; the same daemon again, from the start, without preloading
-            os.environ[NO_PRELOAD] = "1"
-            os.execv(sys.executable, [sys.executable, "-m", MODULE, *sys.argv[1:]])
     from pyspark import daemon
 
     daemon.manager()

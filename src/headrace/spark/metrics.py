@@ -103,6 +103,11 @@ class PipelineMetrics(StreamingQueryListener, Collector):
             q = self._queries.get(str(event.id))
             if q is not None:
                 q.active = False
+                # its dead-letter reader stops with it (it would retry a stopped broker)
+                topic = self._dead_letter_topics.get(q.name)
+                counter = self._dead_letter_counts.pop(topic, None) if topic else None
+                if counter is not None:
+                    counter.close()
 
     # -- collector ---------------------------------------------------------------------------
 
@@ -209,7 +214,7 @@ def _log_ends(bootstrap_servers: str, partitions: set[tuple[str, int]]) -> dict[
     if not partitions:
         return {}
     consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": "headrace-metrics",
-                         "log_level": 3})
+                         "log_level": 0})
     ends: dict[tuple[str, int], int] = {}
     try:
         for topic, p in sorted(partitions):
@@ -237,6 +242,14 @@ class _CommittedCount:
         self._lock = threading.Lock()
         self.count = 0
 
+    def close(self) -> None:
+        """Close the reader (the next ``update`` opens a new one and counts again)."""
+        with self._lock:
+            if self._consumer is not None:
+                self._consumer.close()
+                self._consumer = None
+                self.count = 0
+
     def update(self, budget_s: float = 2.0) -> int | None:
         """Read up to the partitions' current ends (at most ``budget_s``: an open
         transaction holds read_committed readers back) and return the count so far; None
@@ -249,8 +262,10 @@ class _CommittedCount:
 
     def _update_locked(self, budget_s: float) -> int | None:
         if self._consumer is None:
+            # log_level 0: a broker that is gone is a missing sample, not lines on the
+            # stderr of the process serving the metrics (a demo's terminal)
             consumer = Consumer({"bootstrap.servers": self._bootstrap,
-                                 "group.id": "headrace-metrics", "log_level": 3,
+                                 "group.id": "headrace-metrics", "log_level": 0,
                                  "isolation.level": "read_committed",
                                  "enable.auto.commit": False})
             meta = consumer.list_topics(self._topic, timeout=5).topics.get(self._topic)

@@ -116,7 +116,7 @@ def local_session(app_name: str = "headrace", master: str = "local[2]",
                # a Python worker that starts on a busy machine may take more than the
                # default 15 s to answer the JVM's handshake ("failed to connect back")
                .config("spark.python.authenticate.socketTimeout", "120s")
-               # Python workers that import PySpark from its compiled files, and preload
+               # Python workers that import PySpark from its compiled files
                .config("spark.python.daemon.module", daemon.MODULE)
                .config("spark.driver.memory", "2g"))
     connector = kafka_connector_jars() + realtime_jars() if kafka_connector else []

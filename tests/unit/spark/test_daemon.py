@@ -1,5 +1,5 @@
-"""The PySpark daemon of headrace's sessions: which zips it drops from ``sys.path``, and
-that its preload starts no thread (the condition for forking workers from it)."""
+"""The PySpark daemon of headrace's sessions and its launcher: which zips they drop from
+``sys.path`` / ``PYTHONPATH``."""
 
 from __future__ import annotations
 
@@ -57,32 +57,6 @@ def test_a_py4j_zip_of_another_version_stays(tmp_path: Path) -> None:
     assert daemon.installed_zips(path) == [path[0]]
 
 
-def test_the_preload_leaves_one_thread() -> None:
-    """In a fresh interpreter, as in the daemon: everything of ``PRELOAD`` imported, the
-    record scan loaded, and still one thread, the kernel's count (pyarrow's and numpy's
-    native threads are invisible to ``threading``)."""
-    code = ("import sys; from headrace.spark import daemon; daemon.preload(); "
-            "missing = [m for m in daemon.PRELOAD if m not in sys.modules]; "
-            "print(daemon.threads(), missing)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=scaled(120), check=True, env=daemon_env())
-    assert out.stdout.split(None, 1) == ["1", "[]\n"], out.stderr
-
-
-def test_without_the_thread_free_settings_pyarrow_starts_a_thread() -> None:
-    """Why ``THREAD_FREE`` exists: were pyarrow's jemalloc thread not turned off, the
-    daemon would find a second thread and run without preloading."""
-    code = "import pyarrow; from headrace.spark import daemon; print(daemon.threads())"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=scaled(60), check=True, env=daemon_env())
-    assert int(out.stdout) > 1
-
-
-def daemon_env() -> dict[str, str]:
-    """This environment without ``THREAD_FREE``'s settings (``preload`` sets them)."""
-    return {k: v for k, v in os.environ.items() if k not in daemon.THREAD_FREE}
-
-
 def test_the_launcher_runs_this_python_without_the_installed_zips(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """As Spark starts a Python process: the zips first on ``PYTHONPATH``. Through the
@@ -108,28 +82,3 @@ def test_the_launcher_runs_this_python_without_the_installed_zips(
 
 def test_another_python_is_left_as_it_is() -> None:
     assert daemon.worker_python("/usr/bin/python3") == "/usr/bin/python3"
-
-
-def test_a_daemon_whose_preload_left_a_thread_runs_again_without_it() -> None:
-    """numpy's BLAS pool asked for (two threads): the preload leaves a second thread, so
-    the daemon execs itself without preloading; it then serves as PySpark's daemon does
-    (its port on stdout) and stops when its stdin closes, as when Spark stops it."""
-    env = {**daemon_env(), "OPENBLAS_NUM_THREADS": "2"}
-    proc = subprocess.Popen([sys.executable, "-m", daemon.MODULE, "pyspark.worker"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
-    try:
-        assert proc.stdout is not None and proc.stdin is not None
-        port = int.from_bytes(proc.stdout.read(4), "big")  # pyspark.daemon's handshake
-        assert 0 < port < 65536
-        environ = Path(f"/proc/{proc.pid}/environ").read_bytes().split(b"\0")
-        assert f"{daemon.NO_PRELOAD}=1".encode() in environ
-        assert daemon_threads(proc.pid) == 1
-        proc.stdin.close()
-        proc.wait(scaled(30))  # PySpark's daemon ends so (its exit code is 1 then)
-    finally:
-        proc.kill()
-        proc.wait()
-
-
-def daemon_threads(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/task"))

@@ -25,8 +25,9 @@ import datetime as dt
 import io
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import httpx
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -47,12 +48,6 @@ from pyspark.sql.types import (
 )
 
 from headrace.spark.errors import Invalid, OptionError, SparkConnectorError
-
-if TYPE_CHECKING:
-    import httpx
-
-# httpx is imported by the functions that talk to the registry: every read task and sink
-# task imports this module, and only those of a query with a registry need the client.
 
 Decode = Callable[[bytes], Any]
 
@@ -88,8 +83,6 @@ class RegistryValueDecoder:
             self._http.close()
 
     def _get(self, path: str, **params: str) -> Any:
-        import httpx
-
         if self._http is None:
             self._http = httpx.Client(timeout=self.timeout)
         try:
@@ -319,8 +312,6 @@ def register_schema(url: str, subject: str, schema: str) -> int:
     """Register an Avro ``schema`` under ``subject`` (idempotent) and return its id. Driver
     side, at query start: an incompatible schema (409) is an ``OptionError`` then, not a
     failure in the middle of a stream."""
-    import httpx
-
     try:
         answer = httpx.post(f"{url.rstrip('/')}/subjects/{subject}/versions",
                             json={"schema": schema}, timeout=30)

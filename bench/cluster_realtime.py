@@ -16,7 +16,7 @@ from typing import Any
 from confluent_kafka import Consumer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.cluster.conftest import create_topic
+from tests.cluster.conftest import create_fraud_topics
 from tests.cluster.realtime_worker import topics
 from tests.pipelines.fraud_support import LATE_AFTER_S, check_alerts, end_offsets
 from tests.spark.spark_workers.supervisor import SparkWorker
@@ -76,15 +76,12 @@ def realtime_failover(cluster: KafkaCluster, rate: float, duration: float,
     victim = cluster.broker_ids[0]
     prefix = "bench-rt"
     names = topics(prefix)
-    create_topic(cluster, names.transactions, partitions=4, leader=victim)
-    create_topic(cluster, names.profiles, leader=victim, config={"cleanup.policy": "compact"})
-    create_topic(cluster, names.alerts, leader=victim)
-    create_topic(cluster, names.dead_letters, leader=victim)
+    create_fraud_topics(cluster, names, victim)
     bootstrap = cluster.bootstrap_servers
     config = bench_config(rate, duration)
     truth: list[GroundTruth] = []
     streaming = threading.Event()
-    with SparkCluster(worker_cores=4, data_dir=work / "spark") as spark:
+    with SparkCluster(data_dir=work / "spark") as spark:
         worker = SparkWorker("tests.cluster.realtime_worker",
                              [spark.master_url, bootstrap, str(work / "checkpoint"), prefix,
                               interval], work, "realtime")

@@ -13,6 +13,7 @@ from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from headrace.cluster import KafkaCluster
+from headrace.pipelines.fraud.pipeline import PipelineTopics
 from headrace.testing import PostgresServer, scaled
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -51,6 +52,16 @@ def create_topic(cluster: KafkaCluster, name: str, partitions: int = 1,
                          config=config or {})
     admin.create_topics([topic])[name].result(scaled(30))
     cluster.wait_for_isr([name], timeout=60)
+
+
+def create_fraud_topics(cluster: KafkaCluster, names: PipelineTopics, leader: int) -> None:
+    """The fraud pipeline's four topics (transactions in 4 partitions, compacted profiles,
+    alerts, dead letters), every partition led by broker ``leader``: one kill of it moves
+    the leaders of the real-time path's input and output at once."""
+    create_topic(cluster, names.transactions, partitions=4, leader=leader)
+    create_topic(cluster, names.profiles, leader=leader, config={"cleanup.policy": "compact"})
+    create_topic(cluster, names.alerts, leader=leader)
+    create_topic(cluster, names.dead_letters, leader=leader)
 
 
 def produce(bootstrap: str, topic: str, values: list[bytes],

@@ -53,7 +53,7 @@ from headrace.pipelines.bank.domain import Account, Deposited, bank_events, tran
 from headrace.pipelines.fraud.generator import FraudTopics, run
 from headrace.pipelines.fraud.truth import GroundTruth
 from headrace.testing import scaled
-from tests.cluster.conftest import REPO_ROOT, create_topic, produce
+from tests.cluster.conftest import REPO_ROOT, create_fraud_topics, create_topic, produce
 from tests.cluster.realtime_worker import QUERY, topics
 from tests.eventsourcing.conftest import by_aggregate, fold, log_events
 from tests.pipelines.fraud_support import (
@@ -378,10 +378,7 @@ def test_realtime_fraud_path_on_the_clusters_alerts_exactly_once_across_a_leader
     victim = cluster.broker_ids[0]
     prefix = f"cluster-rt-{uuid.uuid4().hex[:8]}"
     names = topics(prefix)
-    create_topic(cluster, names.transactions, partitions=4, leader=victim)
-    create_topic(cluster, names.profiles, leader=victim, config={"cleanup.policy": "compact"})
-    create_topic(cluster, names.alerts, leader=victim)
-    create_topic(cluster, names.dead_letters, leader=victim)
+    create_fraud_topics(cluster, names, victim)
     bootstrap = cluster.bootstrap_servers
     worker = SparkWorker("tests.cluster.realtime_worker",
                          [clusters.spark.master_url, bootstrap, str(tmp_path / "checkpoint"),

@@ -27,12 +27,14 @@ WORKER_READY = "Successfully registered with master"
 
 class SparkCluster:
     """A master on ``master_url`` (``spark://host:port``) and ``workers`` workers, each
-    offering ``worker_cores`` cores and ``worker_memory`` to executors. The daemons
-    themselves run with ``daemon_memory`` heaps. ``start()`` blocks until every worker has
-    registered (~5-10 s). ``kill_worker(i)`` SIGKILLs worker ``i`` (its executors die
-    with it); ``start_worker(i)`` brings it back. Raises ``ClusterError``."""
+    offering ``worker_cores`` cores (task slots, not CPUs: 4 by default, since a Real-Time
+    Mode query needs one per task of its stages at once) and ``worker_memory`` to
+    executors. The daemons themselves run with ``daemon_memory`` heaps. ``start()`` blocks
+    until every worker has registered (~5-10 s). ``kill_worker(i)`` SIGKILLs worker ``i``
+    (its executors die with it); ``start_worker(i)`` brings it back. Raises
+    ``ClusterError``."""
 
-    def __init__(self, workers: int = 2, worker_cores: int = 1, worker_memory: str = "1g",
+    def __init__(self, workers: int = 2, worker_cores: int = 4, worker_memory: str = "1g",
                  daemon_memory: str = "256m", data_dir: str | Path | None = None,
                  host: str = "127.0.0.1", start_timeout: float = 90.0) -> None:
         self.worker_count = workers

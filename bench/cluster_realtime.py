@@ -25,6 +25,7 @@ from headrace.cluster import KafkaCluster, SparkCluster
 from headrace.pipelines.fraud.config import FraudConfig
 from headrace.pipelines.fraud.generator import FraudTopics, run
 from headrace.pipelines.fraud.truth import GroundTruth
+from report import percentile
 
 RECOVERED_MS = 200.0
 INCIDENTS_PER_MIN = 15.0
@@ -60,14 +61,12 @@ class AlertClock(threading.Thread):
         self.consumer.close()
 
 
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * q))] if ordered else float("nan")
-
-
 def _line(name: str, values: list[float]) -> str:
-    return (f"  {name}: {len(values)} alerts, p50 {_pct(values, 0.5):,.0f} ms, "
-            f"p99 {_pct(values, 0.99):,.0f} ms, max {max(values, default=float('nan')):,.0f} ms")
+    if not values:
+        return f"  {name}: 0 alerts"
+    ordered = sorted(values)
+    return (f"  {name}: {len(values)} alerts, p50 {percentile(ordered, 50):,.0f} ms, "
+            f"p99 {percentile(ordered, 99):,.0f} ms, max {ordered[-1]:,.0f} ms")
 
 
 def realtime_failover(cluster: KafkaCluster, rate: float, duration: float,

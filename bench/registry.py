@@ -41,17 +41,13 @@ from headrace.pipelines.fraud.avro import TRANSACTION_SCHEMA
 from headrace.pipelines.fraud.config import FraudConfig
 from headrace.pipelines.fraud.generator import FraudGenerator
 from headrace.testing import EmbeddedBroker, SchemaRegistryProcess
+from report import percentile
 
 
 def _schema(n: int) -> str:
     return json.dumps({"type": "record", "name": f"Bench{n}", "fields": [
         {"name": "id", "type": "long"}, {"name": "name", "type": "string"},
         {"name": "score", "type": "double", "default": 0.0}]})
-
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def _timed(label: str, n: int, call: Callable[[int], Any], threads: int = 1) -> None:
@@ -74,8 +70,8 @@ def _timed(label: str, n: int, call: Callable[[int], Any], threads: int = 1) -> 
     for t in pool:
         t.join()
     elapsed = time.perf_counter() - start
-    print(f"  {label:<52} {n / elapsed:>9,.0f}/s   p50 {_pct(latencies, 0.5):6.2f} ms   "
-          f"p99 {_pct(latencies, 0.99):6.2f} ms", flush=True)
+    print(f"  {label:<52} {n / elapsed:>9,.0f}/s   p50 {percentile(sorted(latencies), 50):6.2f} ms   "
+          f"p99 {percentile(sorted(latencies), 99):6.2f} ms", flush=True)
 
 
 def registry_figures(url: str, schemas: int, threads: int) -> None:

@@ -371,6 +371,9 @@ def test_object_store_outage(s3: SeaweedS3) -> None:
         create(bootstrap, "flaky", SEGMENT)
         produce_plain(bootstrap, "flaky", 40)
         wait_tiered(bootstrap, "flaky", 20)
+        # No copy half done when the gate shuts: one finishing just after the read below
+        # would move the latest tiered offset the outage must hold still.
+        wait_settled(broker, "flaky")
         tiered_before = list_offset(bootstrap, "flaky", LATEST_TIERED)
         gate.close()
         try:

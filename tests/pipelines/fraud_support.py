@@ -6,12 +6,15 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from headrace.pipelines.fraud.generator import FraudConfig, FraudTopics, ensure_topics, run
+from headrace.pipelines.fraud.pipeline import PipelineTopics
 from headrace.pipelines.fraud.truth import PATTERNS, GroundTruth
 from headrace.testing import scaled
 from tests.spark.kafka_helpers import read_all
@@ -26,6 +29,32 @@ LATE_AFTER_S = 20.0
 """No late record arrives in a run's first 20 s: the pipeline's first micro-batch has no
 watermark yet, so it cannot tell late records from on-time ones. ``MAX_OFFSETS`` records
 at 100/s (the fastest generated run read that way) span about 10 s of arrivals."""
+
+ALERTS = "fraud-alerts"
+"""The real-time path's alerts (its default topic)."""
+DLQ = "transactions-dlq"
+"""The real-time path's dead letters (its default topic)."""
+CHECK = "fraud-alerts-microbatch"
+"""The micro-batch path's alerts on the same input."""
+CHECK_DLQ = "transactions-dlq-microbatch"
+"""The micro-batch path's dead letters on the same input."""
+MICRO_BATCH_TOPICS = PipelineTopics(alerts=CHECK, dead_letters=CHECK_DLQ)
+"""Where the micro-batch path writes beside the real-time path (late records: the default
+late topic, which the real-time path does not write: it flags late alerts instead)."""
+
+
+@dataclass(frozen=True)
+class SeedRun:
+    """One generated run on a broker that stays up for the test session, processed by the
+    real-time worker while it was generated and then by the micro-batch pipeline."""
+
+    bootstrap: str
+    truth: GroundTruth
+    realtime_events: tuple[str, ...]
+    """The real-time worker's progress lines (``failed ...`` if its query died)."""
+    realtime_stderr: str
+    late_by_batch: dict[int, int]
+    """The micro-batch query's late-record count per micro-batch (observed metrics)."""
 
 
 def fraud_config(seed: int, rate: float, duration: float) -> FraudConfig:
@@ -64,6 +93,14 @@ def create_topics(bootstrap: str, *names: str) -> None:
 
 def alerts_of(bootstrap: str, topic: str = "fraud-alerts") -> list[dict[str, Any]]:
     return [json.loads(m.value()) for m in read_all(bootstrap, topic)]
+
+
+def realtime_worker(bootstrap: str, tmp_path: Path) -> SparkWorker:
+    """The real-time path in a Spark application of its own (``tests.pipelines.realtime_worker``),
+    checkpointing every 5 s in ``tmp_path``; not started yet."""
+    return SparkWorker("tests.pipelines.realtime_worker",
+                       [bootstrap, str(tmp_path / "cp-realtime"), "5 seconds"], tmp_path,
+                       "realtime")
 
 
 def wait_for_profiles(worker: SparkWorker, profiles: int, timeout_s: float = 120.0) -> None:

@@ -9,12 +9,11 @@ import time
 from pathlib import Path
 
 import pytest
-from pyspark.sql import SparkSession
 
-from headrace.pipelines.fraud.pipeline import PipelineConfig, PipelineTopics, start
 from headrace.testing import EmbeddedBroker, scaled
 from tests.pipelines.fraud_support import (
-    MAX_OFFSETS,
+    MICRO_BATCH_TOPICS,
+    SeedRun,
     alerts_of,
     check_alerts,
     check_patterns,
@@ -26,25 +25,20 @@ from tests.spark.spark_workers.supervisor import SparkWorker
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
-def test_exact_alerts_late_and_dead_letters(spark: SparkSession, tmp_path: Path) -> None:
-    with EmbeddedBroker() as broker:
-        bootstrap = broker.bootstrap_servers
-        truth = generate(bootstrap, seed=11, rate=100, duration=60)
-        check_patterns(truth)
-        query = start(spark, PipelineConfig(bootstrap, str(tmp_path / "cp"),
-                                            max_offsets_per_trigger=MAX_OFFSETS,
-                                            available_now=True))
-        query.awaitTermination(scaled(600))
-        assert query.exception() is None, query.exception()
-        check_alerts(alerts_of(bootstrap), truth)
-        topics = PipelineTopics()
-        assert len(read_all(bootstrap, topics.late)) == truth.late_count
-        assert len(read_all(bootstrap, topics.dead_letters)) == truth.malformed_count
-        late = {p["batchId"]: int(p["observedMetrics"]["out"]["late"])
-                for p in query.recentProgress}
-        assert sum(late.values()) == truth.late_count
-        # told late by the watermarks of several earlier micro-batches, not of one
-        assert len([b for b, n in late.items() if n]) >= 2, late
+@pytest.mark.timeout(600)  # may set up seed_11: a Spark application, then a pipeline run
+def test_exact_alerts_late_and_dead_letters(seed_11: SeedRun) -> None:
+    """On seed 11, run through the micro-batch pipeline once for this module and
+    ``test_fraud_realtime`` (``tests/pipelines/conftest.py``), writing alerts and dead
+    letters to ``MICRO_BATCH_TOPICS``."""
+    bootstrap, truth = seed_11.bootstrap, seed_11.truth
+    check_patterns(truth)
+    check_alerts(alerts_of(bootstrap, MICRO_BATCH_TOPICS.alerts), truth)
+    assert len(read_all(bootstrap, MICRO_BATCH_TOPICS.late)) == truth.late_count
+    assert len(read_all(bootstrap, MICRO_BATCH_TOPICS.dead_letters)) == truth.malformed_count
+    late = seed_11.late_by_batch
+    assert sum(late.values()) == truth.late_count
+    # told late by the watermarks of several earlier micro-batches, not of one
+    assert len([b for b, n in late.items() if n]) >= 2, late
 
 
 @pytest.mark.timeout(900)  # three Spark applications in turn

@@ -30,14 +30,20 @@ from headrace.pipelines.fraud.realtime import input_rows
 from headrace.pipelines.fraud.truth import GroundTruth
 from headrace.testing import ApacheKafka, EmbeddedBroker, scaled
 from tests.pipelines.fraud_support import (
+    ALERTS,
+    CHECK,
+    CHECK_DLQ,
+    DLQ,
     MAX_OFFSETS,
+    MICRO_BATCH_TOPICS,
+    SeedRun,
     alert_keys,
     alerts_of,
     check_alerts,
     create_topics,
     end_offsets,
     fraud_config,
-    generate,
+    realtime_worker,
     wait_caught_up,
     wait_for_profiles,
 )
@@ -46,61 +52,41 @@ from tests.spark.spark_workers.supervisor import REPO_ROOT, SparkWorker
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-ALERTS = "fraud-alerts"
-CHECK = "fraud-alerts-microbatch"
-DLQ = "transactions-dlq"
-CHECK_DLQ = "transactions-dlq-microbatch"
-
-
-def realtime_worker(bootstrap: str, tmp_path: Path) -> SparkWorker:
-    return SparkWorker("tests.pipelines.realtime_worker",
-                       [bootstrap, str(tmp_path / "cp-realtime"), "5 seconds"], tmp_path,
-                       "realtime")
-
 
 def _micro_batch_alerts(spark: SparkSession, bootstrap: str,
                         tmp_path: Path) -> list[dict[str, Any]]:
     """The micro-batch path's alerts on the same input (to CHECK, in the module's session),
     run to the end of what is there."""
     query = start(spark, PipelineConfig(bootstrap, str(tmp_path / "cp-microbatch"),
-                                        topics=PipelineTopics(alerts=CHECK,
-                                                              dead_letters=CHECK_DLQ),
+                                        topics=MICRO_BATCH_TOPICS,
                                         max_offsets_per_trigger=MAX_OFFSETS,
                                         available_now=True))
     query.awaitTermination(scaled(600))
     assert query.exception() is None, query.exception()
     return alerts_of(bootstrap, CHECK)
 
+
+@pytest.mark.timeout(600)  # may set up seed_11: a Spark application, then a pipeline run
 def test_exact_alerts_and_dead_letters_equal_to_the_micro_batch_path(
-        spark: SparkSession, tmp_path: Path) -> None:
-    with EmbeddedBroker() as broker:
-        bootstrap = broker.bootstrap_servers
-        create_topics(bootstrap, ALERTS, CHECK, DLQ, CHECK_DLQ)
-        worker = realtime_worker(bootstrap, tmp_path)
-        try:
-            worker.spawn()
-            assert worker.wait_for("started", 180), worker.stderr_tail()
-            users = fraud_config(11, 100, 60).users
-            truth = generate(bootstrap, seed=11, rate=100, duration=60,
-                             before_stream=lambda: wait_for_profiles(worker, users))
-            wait_caught_up(worker, bootstrap)
-            assert not any(e.startswith("failed") for e in worker.events()), \
-                worker.stderr_tail()
-        finally:
-            worker.kill()
-        realtime = alerts_of(bootstrap, ALERTS)
-        check_alerts(realtime, truth)
-        dead = dead_letters(bootstrap, DLQ)
-        microbatch = _micro_batch_alerts(spark, bootstrap, tmp_path)
-        check_alerts(microbatch, truth)
-        assert alert_keys(realtime) == alert_keys(microbatch)
-        # every malformed transaction, once, with its bytes and coordinates, as the
-        # micro-batch path dead-letters it (the error texts are each path's own)
-        assert len(dead) == truth.malformed_count
-        assert set(dead) == set(dead_letters(bootstrap, CHECK_DLQ))
-        assert all(error for error in dead.values())
-        assert [a["txn_id"] for a in realtime if a["late"]] == \
-            [a["txn_id"] for a in realtime if a["ingest_ms"] - a["event_time"] > 60_000]
+        seed_11: SeedRun) -> None:
+    """On seed 11 (``tests/pipelines/conftest.py``: the run generated while the real-time
+    worker ran, then the micro-batch pipeline over the same topics)."""
+    bootstrap, truth = seed_11.bootstrap, seed_11.truth
+    assert not any(e.startswith("failed") for e in seed_11.realtime_events), \
+        seed_11.realtime_stderr
+    realtime = alerts_of(bootstrap, ALERTS)
+    check_alerts(realtime, truth)
+    dead = dead_letters(bootstrap, DLQ)
+    microbatch = alerts_of(bootstrap, CHECK)
+    check_alerts(microbatch, truth)
+    assert alert_keys(realtime) == alert_keys(microbatch)
+    # every malformed transaction, once, with its bytes and coordinates, as the
+    # micro-batch path dead-letters it (the error texts are each path's own)
+    assert len(dead) == truth.malformed_count
+    assert set(dead) == set(dead_letters(bootstrap, CHECK_DLQ))
+    assert all(error for error in dead.values())
+    assert [a["txn_id"] for a in realtime if a["late"]] == \
+        [a["txn_id"] for a in realtime if a["ingest_ms"] - a["event_time"] > 60_000]
 
 
 def dead_letters(bootstrap: str, topic: str) -> dict[tuple[str, str, str, str, bytes], str]:

@@ -15,6 +15,7 @@ import java.util.Properties;
 import java.util.Set;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import org.apache.hadoop.conf.Configuration;
@@ -36,6 +37,8 @@ import org.apache.spark.TaskContext;
 import org.apache.spark.sql.ForeachWriter;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.types.StructType;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * An exactly-once Kafka sink for Spark Real-Time Mode (a JVM {@link ForeachWriter}, which RTM
@@ -97,6 +100,11 @@ public final class ExactlyOnceKafkaWriter extends ForeachWriter<Row> {
   public static final String PARTITION_HEADER = "headrace.task";
   private static final AtomicLong WRITTEN = new AtomicLong();
   private static final AtomicLong SKIPPED = new AtomicLong();
+  private static final Logger LOG = LoggerFactory.getLogger(ExactlyOnceKafkaWriter.class);
+  /** The suffix of the record a task prepares at its close for the next epoch's task. */
+  static final String NEXT = ".next";
+  /** How long into an epoch a task captures the end offsets for the next epoch's record. */
+  private static final long CAPTURE_DELAY_MS = 1_000;
 
   /**
    * {rows written, rows skipped as already committed} by this JVM's tasks since it started
@@ -125,6 +133,12 @@ public final class ExactlyOnceKafkaWriter extends ForeachWriter<Row> {
   private transient long partitionId;
   private transient long epochId;
   private transient String producerKey;
+  private transient long openedNs;
+  private transient boolean sentOne;
+  /** The offsets of this epoch's record (a lower bound for the next epoch's output too). */
+  private transient Map<TopicPartition, Long> recordFrom;
+  /** The end offsets captured during this epoch, for the next epoch's record; may be null. */
+  private transient volatile Map<TopicPartition, Long> nextFrom;
 
   /**
    * {@code topics}: the first is the default destination; replays are checked against all.
@@ -156,10 +170,21 @@ public final class ExactlyOnceKafkaWriter extends ForeachWriter<Row> {
     this.partitionId = partitionId;
     this.epochId = epochId;
     partitionHeader = Long.toString(partitionId).getBytes(StandardCharsets.UTF_8);
+    long t0 = System.nanoTime();
     try {
       Path dir = new Path(stateDir);
       FileSystem fs = dir.getFileSystem(new Configuration());
-      producer = reusableProducer(fs, dir);
+      Path file = new Path(dir, epochId + "-" + partitionId);
+      // the record the previous epoch's task prepared at its close, taken as this epoch's:
+      // no end-offsets round trip and no write at the boundary (the rename marks the first
+      // attempt, as the record's existence does)
+      List<String> prepared = null;
+      Path next = new Path(dir, epochId + "-" + partitionId + NEXT);
+      if (!fs.exists(file) && fs.exists(next) && fs.rename(next, file)) {
+        prepared = readLines(fs, file);
+      }
+      producer = reusableProducer(prepared);
+      boolean reused = producer != null;
       if (producer == null) {
         Properties p = new Properties();
         p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
@@ -173,17 +198,36 @@ public final class ExactlyOnceKafkaWriter extends ForeachWriter<Row> {
         producer = new KafkaProducer<>(p, new ByteArraySerializer(), new ByteArraySerializer());
         producer.initTransactions();
       }
-      committed = alreadyCommitted(fs, dir, partitionId, epochId);
+      // The output topics' metadata now, not in the first row's send: a producer fetches a
+      // topic's partitions on its first record to it, and the first alerts of a run (or of
+      // an epoch after a producer sat idle) waited for that round trip. Cached: no request.
+      for (String t : topics) {
+        producer.partitionsFor(t);
+      }
+      long producerNs = System.nanoTime() - t0;
+      committed = prepared != null ? recordIds(prepared)
+          : alreadyCommitted(fs, dir, partitionId, epochId);
+      LOG.info("epoch {} partition {}: open in {} ms (producer {} {} ms, record {} {} ms)",
+          epochId, partitionId, (System.nanoTime() - t0) / 1_000_000,
+          reused ? "reused" : "new", producerNs / 1_000_000,
+          prepared != null ? "prepared" : "written", (System.nanoTime() - t0 - producerNs)
+              / 1_000_000);
     } catch (IOException e) {
       throw new IllegalStateException("the sink's epoch record in " + stateDir + ": " + e, e);
     }
-    flusher = Executors.newSingleThreadScheduledExecutor(r -> {
+    ScheduledThreadPoolExecutor pool = new ScheduledThreadPoolExecutor(2, r -> {
       Thread t = new Thread(r, "headrace-eos-flusher-" + partitionId);
       t.setDaemon(true);
       return t;
     });
+    // close does not wait for a capture that has not started
+    pool.setExecuteExistingDelayedTasksAfterShutdownPolicy(false);
+    flusher = pool;
     long tick = Math.max(1, commitIntervalMs / 4);
     flusher.scheduleWithFixedDelay(this::flushIfDue, tick, tick, TimeUnit.MILLISECONDS);
+    flusher.schedule(this::prepareNext, CAPTURE_DELAY_MS, TimeUnit.MILLISECONDS);
+    openedNs = System.nanoTime();
+    sentOne = false;
     return true;
   }
 
@@ -225,7 +269,13 @@ public final class ExactlyOnceKafkaWriter extends ForeachWriter<Row> {
         inTxn = true;
         txnStartNs = System.nanoTime();
       }
+      long s0 = System.nanoTime();
       producer.send(rec);
+      if (!sentOne) {
+        sentOne = true;
+        LOG.info("epoch {} partition {}: first send {} ms after open, took {} ms", epochId,
+            partitionId, (s0 - openedNs) / 1_000_000, (System.nanoTime() - s0) / 1_000_000);
+      }
       pending++;
       WRITTEN.incrementAndGet();
       if (pending >= maxRecords) {
@@ -236,6 +286,8 @@ public final class ExactlyOnceKafkaWriter extends ForeachWriter<Row> {
 
   @Override
   public void close(Throwable errorOrNull) {
+    LOG.info("epoch {} partition {}: close {} ms after open ({})", epochId, partitionId,
+        (System.nanoTime() - openedNs) / 1_000_000, errorOrNull == null ? "ok" : errorOrNull);
     if (flusher != null) {
       // not shutdownNow: interrupting a commit in flight fails it
       flusher.shutdown();
@@ -279,7 +331,7 @@ public final class ExactlyOnceKafkaWriter extends ForeachWriter<Row> {
     }
     if (errorOrNull == null) {
       try {
-        writeRest(partitionId, epochId);
+        writeNext(partitionId, epochId);
       } catch (IOException e) {
         throw new IllegalStateException("the sink's epoch record in " + stateDir + ": " + e, e);
       }
@@ -307,26 +359,41 @@ public final class ExactlyOnceKafkaWriter extends ForeachWriter<Row> {
 
   /**
    * The producer this partition's task of the previous epoch gave back in this JVM, when it is
-   * still the latest incarnation of the transactional id: that epoch's record names this JVM
-   * (no task elsewhere fenced it since) and this is the epoch's first attempt (a retry starts a
-   * new incarnation, whose {@code initTransactions} aborts what the failed attempt left open).
-   * Null otherwise (a pooled producer that does not qualify is closed).
+   * still the latest incarnation of the transactional id: the record that task prepared at its
+   * successful close ({@code prepared}, taken by this epoch's first attempt) names this JVM, so
+   * no task elsewhere fenced it since (a retry starts a new incarnation, whose
+   * {@code initTransactions} aborts what the failed attempt left open). Null otherwise (a
+   * pooled producer that does not qualify is closed).
    */
   @SuppressWarnings("unchecked")
-  private KafkaProducer<byte[], byte[]> reusableProducer(FileSystem fs, Path dir)
-      throws IOException {
+  private KafkaProducer<byte[], byte[]> reusableProducer(List<String> prepared) {
     KafkaProducer<byte[], byte[]> pooled =
         (KafkaProducer<byte[], byte[]>) ClientPool.take(producerKey);
     if (pooled == null) {
       return null;
     }
-    Path previous = new Path(dir, (epochId - 1) + "-" + partitionId);
-    if (!fs.exists(new Path(dir, epochId + "-" + partitionId)) && fs.exists(previous)
-        && readLines(fs, previous).contains("owner\t" + ClientPool.JVM_TOKEN)) {
+    if (prepared != null && prepared.contains("owner\t" + ClientPool.JVM_TOKEN)) {
       return pooled;
     }
     ClientPool.close(pooled);
     return null;
+  }
+
+  /** The ids of an epoch record's lines; its offsets become {@link #recordFrom}. */
+  private Set<String> recordIds(List<String> lines) {
+    Set<String> ids = new HashSet<>();
+    Map<TopicPartition, Long> from = new HashMap<>();
+    for (String line : lines) {
+      String[] f = line.split("\t", 2);
+      if (f[0].equals("id") && f.length == 2) {
+        ids.add(f[1]);
+      } else if (f[0].equals("offset")) {
+        String[] o = line.split("\t");
+        from.put(new TopicPartition(o[1], Integer.parseInt(o[2])), Long.parseLong(o[3]));
+      }
+    }
+    recordFrom = from;
+    return ids;
   }
 
   /**
@@ -337,62 +404,77 @@ public final class ExactlyOnceKafkaWriter extends ForeachWriter<Row> {
   private Set<String> alreadyCommitted(FileSystem fs, Path dir, long partitionId, long epochId)
       throws IOException {
     Path file = new Path(dir, epochId + "-" + partitionId);
-    Set<String> ids = new HashSet<>();
-    if (!fs.exists(file)) {
-      Map<TopicPartition, Long> ends = endOffsets();
-      ids.addAll(readIds(fs, new Path(dir, (epochId - 1) + "-" + partitionId + ".rest")));
-      StringBuilder text = new StringBuilder();
-      text.append("owner\t").append(ClientPool.JVM_TOKEN).append('\n');
-      for (Map.Entry<TopicPartition, Long> e : ends.entrySet()) {
-        text.append("offset\t").append(e.getKey().topic()).append('\t')
-            .append(e.getKey().partition()).append('\t').append(e.getValue()).append('\n');
-      }
-      for (String id : ids) {
-        text.append("id\t").append(id).append('\n');
-      }
-      writeAtomically(fs, file, text.toString());
-    } else {
-      Map<TopicPartition, Long> from = new HashMap<>();
-      for (String line : readLines(fs, file)) {
-        String[] f = line.split("\t", 2);
-        if (f[0].equals("id") && f.length == 2) {
-          ids.add(f[1]);
-        } else if (f[0].equals("offset")) {
-          String[] o = line.split("\t");
-          from.put(new TopicPartition(o[1], Integer.parseInt(o[2])), Long.parseLong(o[3]));
-        }
-      }
-      ids.addAll(scan(from, Long.toString(partitionId)));
+    if (fs.exists(file)) {
+      Set<String> ids = recordIds(readLines(fs, file));
+      ids.addAll(scan(recordFrom, Long.toString(partitionId)));
+      return ids;
     }
-    for (FileStatus st : fs.listStatus(dir)) {
-      String name = st.getPath().getName();
-      int dash = name.indexOf('-');
-      if (!name.startsWith(".") && dash > 0) {
-        try {
-          if (Long.parseLong(name.substring(0, dash)) < epochId - 1) {
-            fs.delete(st.getPath(), false);
-          }
-        } catch (NumberFormatException ignored) {
-          // not one of ours
-        }
-      }
-    }
+    Map<TopicPartition, Long> ends = endOffsets();
+    Set<String> ids = readIds(fs, new Path(dir, (epochId - 1) + "-" + partitionId + ".rest"));
+    writeAtomically(fs, file, record(ends, ids));
+    recordFrom = ends;
     return ids;
   }
 
-  /**
-   * At a successful close: the skip set's ids this epoch did not meet, for the next epoch.
-   * A replay can be cut short by the checkpoint (the retry's batch may end before the input
-   * the crashed attempt had reached), so the rest comes in the following epochs.
-   */
-  private void writeRest(long partitionId, long epochId) throws IOException {
-    Path dir = new Path(stateDir);
-    FileSystem fs = dir.getFileSystem(new Configuration());
+  private static String record(Map<TopicPartition, Long> offsets, Set<String> ids) {
     StringBuilder text = new StringBuilder();
-    for (String id : committed) {
+    text.append("owner\t").append(ClientPool.JVM_TOKEN).append('\n');
+    for (Map.Entry<TopicPartition, Long> e : offsets.entrySet()) {
+      text.append("offset\t").append(e.getKey().topic()).append('\t')
+          .append(e.getKey().partition()).append('\t').append(e.getValue()).append('\n');
+    }
+    for (String id : ids) {
       text.append("id\t").append(id).append('\n');
     }
-    writeAtomically(fs, new Path(dir, epochId + "-" + partitionId + ".rest"), text.toString());
+    return text.toString();
+  }
+
+  /**
+   * In the background, a second into the epoch (off the boundary): the output's end offsets
+   * for the record the next epoch starts from, and the removal of records older than the
+   * previous epoch's. A failure here costs nothing but a longer read on a retry (the record
+   * then carries this epoch's offsets, a lower bound still).
+   */
+  private void prepareNext() {
+    try {
+      nextFrom = endOffsets();
+      Path dir = new Path(stateDir);
+      FileSystem fs = dir.getFileSystem(new Configuration());
+      for (FileStatus st : fs.listStatus(dir)) {
+        String name = st.getPath().getName();
+        int dash = name.indexOf('-');
+        if (!name.startsWith(".") && dash > 0) {
+          try {
+            if (Long.parseLong(name.substring(0, dash)) < epochId - 1) {
+              fs.delete(st.getPath(), false);
+            }
+          } catch (NumberFormatException ignored) {
+            // not one of ours
+          }
+        }
+      }
+    } catch (IOException | RuntimeException e) {
+      LOG.warn("epoch {} partition {}: preparing the next epoch's record: {}", epochId,
+          partitionId, e.toString());
+    }
+  }
+
+  /**
+   * At a successful close: the next epoch's record for this partition, prepared
+   * ({@code <epoch + 1>-<partition>.next}, which that epoch's first attempt renames to its own
+   * record instead of asking the broker for end offsets and writing one at the boundary).
+   * Its offsets were taken during this epoch, after this epoch's record (every output row of
+   * the next epoch lies after them; a retry of it reads a little more); its ids are the skip
+   * set's ids this epoch did not meet (a replay can be cut short by the checkpoint: the
+   * retry's batch may end before the input the crashed attempt had reached, so the rest comes
+   * in the following epochs); its owner is this JVM, whose pool now holds the producer.
+   */
+  private void writeNext(long partitionId, long epochId) throws IOException {
+    Path dir = new Path(stateDir);
+    FileSystem fs = dir.getFileSystem(new Configuration());
+    Map<TopicPartition, Long> from = nextFrom != null ? nextFrom : recordFrom;
+    writeAtomically(fs, new Path(dir, (epochId + 1) + "-" + partitionId + NEXT),
+        record(from, committed));
   }
 
   private static void writeAtomically(FileSystem fs, Path file, String text) throws IOException {

@@ -1,9 +1,6 @@
 package io.headrace.realtime;
 
-import java.io.BufferedReader;
 import java.io.IOException;
-import java.io.InputStreamReader;
-import java.io.OutputStream;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -18,19 +15,16 @@ import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
-import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FileStatus;
 import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.Path;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
-import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.PartitionInfo;
 import org.apache.kafka.common.TopicPartition;
-import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
 import org.apache.spark.TaskContext;
@@ -173,7 +167,7 @@ public final class ExactlyOnceKafkaWriter extends ForeachWriter<Row> {
     long t0 = System.nanoTime();
     try {
       Path dir = new Path(stateDir);
-      FileSystem fs = dir.getFileSystem(new Configuration());
+      FileSystem fs = EpochRecords.fileSystem(dir);
       Path file = new Path(dir, epochId + "-" + partitionId);
       // the record the previous epoch's task prepared at its close, taken as this epoch's:
       // no end-offsets round trip and no write at the boundary (the rename marks the first
@@ -181,7 +175,7 @@ public final class ExactlyOnceKafkaWriter extends ForeachWriter<Row> {
       List<String> prepared = null;
       Path next = new Path(dir, epochId + "-" + partitionId + NEXT);
       if (!fs.exists(file) && fs.exists(next) && fs.rename(next, file)) {
-        prepared = readLines(fs, file);
+        prepared = EpochRecords.readLines(fs, file);
       }
       producer = reusableProducer(prepared);
       boolean reused = producer != null;
@@ -405,28 +399,16 @@ public final class ExactlyOnceKafkaWriter extends ForeachWriter<Row> {
       throws IOException {
     Path file = new Path(dir, epochId + "-" + partitionId);
     if (fs.exists(file)) {
-      Set<String> ids = recordIds(readLines(fs, file));
+      Set<String> ids = recordIds(EpochRecords.readLines(fs, file));
       ids.addAll(scan(recordFrom, Long.toString(partitionId)));
       return ids;
     }
     Map<TopicPartition, Long> ends = endOffsets();
-    Set<String> ids = readIds(fs, new Path(dir, (epochId - 1) + "-" + partitionId + ".rest"));
-    writeAtomically(fs, file, record(ends, ids));
+    Set<String> ids =
+        EpochRecords.readIds(fs, new Path(dir, (epochId - 1) + "-" + partitionId + ".rest"));
+    EpochRecords.writeAtomically(fs, file, EpochRecords.record(ends, ids));
     recordFrom = ends;
     return ids;
-  }
-
-  private static String record(Map<TopicPartition, Long> offsets, Set<String> ids) {
-    StringBuilder text = new StringBuilder();
-    text.append("owner\t").append(ClientPool.JVM_TOKEN).append('\n');
-    for (Map.Entry<TopicPartition, Long> e : offsets.entrySet()) {
-      text.append("offset\t").append(e.getKey().topic()).append('\t')
-          .append(e.getKey().partition()).append('\t').append(e.getValue()).append('\n');
-    }
-    for (String id : ids) {
-      text.append("id\t").append(id).append('\n');
-    }
-    return text.toString();
   }
 
   /**
@@ -439,7 +421,7 @@ public final class ExactlyOnceKafkaWriter extends ForeachWriter<Row> {
     try {
       nextFrom = endOffsets();
       Path dir = new Path(stateDir);
-      FileSystem fs = dir.getFileSystem(new Configuration());
+      FileSystem fs = EpochRecords.fileSystem(dir);
       for (FileStatus st : fs.listStatus(dir)) {
         String name = st.getPath().getName();
         int dash = name.indexOf('-');
@@ -471,45 +453,10 @@ public final class ExactlyOnceKafkaWriter extends ForeachWriter<Row> {
    */
   private void writeNext(long partitionId, long epochId) throws IOException {
     Path dir = new Path(stateDir);
-    FileSystem fs = dir.getFileSystem(new Configuration());
+    FileSystem fs = EpochRecords.fileSystem(dir);
     Map<TopicPartition, Long> from = nextFrom != null ? nextFrom : recordFrom;
-    writeAtomically(fs, new Path(dir, (epochId + 1) + "-" + partitionId + NEXT),
-        record(from, committed));
-  }
-
-  private static void writeAtomically(FileSystem fs, Path file, String text) throws IOException {
-    fs.mkdirs(file.getParent());
-    Path tmp = new Path(file.getParent(), "." + file.getName() + ".tmp");
-    try (OutputStream out = fs.create(tmp, true)) {
-      out.write(text.getBytes(StandardCharsets.UTF_8));
-    }
-    fs.delete(file, false);
-    if (!fs.rename(tmp, file)) {
-      throw new IOException("cannot rename " + tmp + " to " + file);
-    }
-  }
-
-  private static List<String> readLines(FileSystem fs, Path file) throws IOException {
-    List<String> lines = new ArrayList<>();
-    try (BufferedReader r = new BufferedReader(
-        new InputStreamReader(fs.open(file), StandardCharsets.UTF_8))) {
-      for (String line = r.readLine(); line != null; line = r.readLine()) {
-        lines.add(line);
-      }
-    }
-    return lines;
-  }
-
-  private static Set<String> readIds(FileSystem fs, Path file) throws IOException {
-    Set<String> ids = new HashSet<>();
-    if (fs.exists(file)) {
-      for (String line : readLines(fs, file)) {
-        if (line.startsWith("id\t")) {
-          ids.add(line.substring(3));
-        }
-      }
-    }
-    return ids;
+    EpochRecords.writeAtomically(fs, new Path(dir, (epochId + 1) + "-" + partitionId + NEXT),
+        EpochRecords.record(from, committed));
   }
 
   /**
@@ -519,43 +466,7 @@ public final class ExactlyOnceKafkaWriter extends ForeachWriter<Row> {
   private Set<String> scan(Map<TopicPartition, Long> from, String partition) {
     Map<TopicPartition, Long> until = endOffsets();
     try (KafkaConsumer<byte[], byte[]> consumer = consumer("read_committed")) {
-      return scan(consumer, from, until, partition);
-    }
-  }
-
-  private static Set<String> scan(KafkaConsumer<byte[], byte[]> consumer,
-      Map<TopicPartition, Long> from, Map<TopicPartition, Long> until, String partition) {
-    List<TopicPartition> parts = new ArrayList<>(until.keySet());
-    consumer.assign(parts);
-    for (TopicPartition tp : parts) {
-      consumer.seek(tp, from.getOrDefault(tp, 0L));
-    }
-    Set<String> ids = new HashSet<>();
-    // other tasks' open transactions hold the last stable offset back for up to their
-    // commit interval (or, for a dead task, until its successor or the coordinator aborts)
-    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
-    while (true) {
-      boolean done = true;
-      for (TopicPartition tp : parts) {
-        if (consumer.position(tp) < until.get(tp)) {
-          done = false;
-        }
-      }
-      if (done) {
-        return ids;
-      }
-      if (System.nanoTime() > deadline) {
-        throw new IllegalStateException("the output topics did not become readable up to "
-            + until + " (read_committed) within 60 s");
-      }
-      for (ConsumerRecord<byte[], byte[]> rec : consumer.poll(Duration.ofMillis(200))) {
-        Header h = rec.headers().lastHeader(ID_HEADER);
-        Header part = rec.headers().lastHeader(PARTITION_HEADER);
-        if (h != null && part != null
-            && partition.equals(new String(part.value(), StandardCharsets.UTF_8))) {
-          ids.add(new String(h.value(), StandardCharsets.UTF_8));
-        }
-      }
+      return EpochRecords.scan(consumer, from, until, partition);
     }
   }
 

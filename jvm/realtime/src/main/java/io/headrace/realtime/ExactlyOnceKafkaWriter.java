@@ -61,25 +61,35 @@ import org.slf4j.LoggerFactory;
  *       and {@code headrace.task} (the task partition; a replay routes a row to the same
  *       one). Before writing anything in an epoch, a task's first attempt records in
  *       {@code <stateDir>/<epoch>-<partition>} (atomically) the output topics' end offsets
- *       at that moment. A retry of the epoch (the file exists) reads the output from those
+ *       at that moment (or a little earlier: see the boundaries below). A retry of the epoch (the file exists) reads the output from those
  *       offsets to its end with read_committed (after its own {@code initTransactions}, so
  *       nothing of the crashed attempt is still open) and skips rows whose id one of its
  *       earlier attempts committed.
  *   <li>Replays that span epochs. The retried batch may end (at the checkpoint interval)
  *       before reaching the input the crashed attempt had reached, so the rest of the replay
- *       comes in later epochs. A task that closes an epoch successfully writes the ids of
- *       its skip set it did not meet to {@code <epoch>-<partition>.rest}; the next epoch's
- *       first attempt starts from those (and records them in its own file, for its
- *       retries). Skipping an id already committed is always safe (one row per id), so the
- *       set only has to be large enough, never exact. Files of epochs older than the
- *       previous one are removed (an epoch starts once the one before has committed).
+ *       comes in later epochs. A task that closes an epoch successfully carries the ids of
+ *       its skip set it did not meet into the next epoch's record (below); that epoch's first
+ *       attempt starts from them. Skipping an id already committed is always safe (one row
+ *       per id), so the set only has to be large enough, never exact; for the same reason
+ *       a record's offsets only have to be low enough (a retry then reads a little more).
+ *       Files of epochs older than the previous one are removed (an epoch starts once the
+ *       one before has committed).
  *   <li>Checkpoint boundaries. Each epoch starts new tasks, and the stream waits for them at
- *       every boundary. A task that closes its epoch successfully gives its producer (between
- *       transactions) back to {@link ClientPool}; the next epoch's task for that partition in
- *       the same JVM takes it instead of building one and calling {@code initTransactions}
- *       again, when the previous epoch's record names this JVM (no incarnation elsewhere has
- *       fenced it since) and the epoch is on its first attempt. A failed task's producer is
- *       closed, never pooled. End offsets come from a consumer kept in the pool as well.
+ *       every boundary, so an epoch's open does no round trip it can avoid. A task that
+ *       closes its epoch successfully gives its producer (between transactions) back to
+ *       {@link ClientPool} and prepares the next epoch's record,
+ *       {@code <epoch + 1>-<partition>.next}: this JVM as owner, the output's end offsets
+ *       captured in the background a second into the epoch (after its own record: every
+ *       output row of the next epoch lies after them) and the carried ids. The next epoch's
+ *       first attempt renames it to its own record (the rename, like the record's existence,
+ *       marks the first attempt) instead of asking the broker for end offsets and writing
+ *       one, and takes the pooled producer instead of building one and calling
+ *       {@code initTransactions} again when the record names this JVM (no incarnation
+ *       elsewhere has fenced it since). A failed task's producer is closed, never pooled;
+ *       without a prepared record (the first epoch, a checkpoint of an older version, a
+ *       savepoint's seeded {@code -1-<partition>.rest}) the first attempt records the end
+ *       offsets itself. Every open fetches the output topics' metadata (from the producer's
+ *       cache once it has it), so that no row's send waits for it.
  * </ul>
  *
  * <p>Contract: rows with the same id in one epoch are the same output (the fraud path emits

@@ -21,6 +21,8 @@ each task and epoch, and the alerts' latency to the alert record around each bou
 Run it once per build to compare (``HEADRACE_JVM_LIB`` names the build):
 
     .venv/bin/python bench/fraud_boundary.py --rate 2000 --duration 50 --interval "10 seconds"
+
+``--conf key=value`` (repeatable) sets a Spark SQL setting for the query (an A/B of one).
 """
 
 from __future__ import annotations
@@ -100,7 +102,8 @@ def boundaries(log: list[str]) -> list[dict[str, float]]:
     return out
 
 
-def run(rate: float, duration: float, interval: str, folder: Path) -> dict[str, Any]:
+def run(rate: float, duration: float, interval: str, folder: Path,
+        conf: dict[str, str]) -> dict[str, Any]:
     from confluent_kafka import Consumer, TopicPartition
     from rich.console import Console
 
@@ -112,6 +115,8 @@ def run(rate: float, duration: float, interval: str, folder: Path) -> dict[str, 
     log4j.write_text(LOG4J)
     spark = local_session("fraud-boundary", master="local[8]", jvm_log=str(folder / "spark.log"),
                           java_options=f"-Dlog4j2.configurationFile={log4j}")
+    for key, value in conf.items():
+        spark.conf.set(key, value)
     load = os.getloadavg()
     with EmbeddedBroker() as broker:
         summary = run_live(LiveSettings(
@@ -148,10 +153,13 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=2000.0)
     ap.add_argument("--duration", type=float, default=50.0)
     ap.add_argument("--interval", default="10 seconds", help="the checkpoint interval")
+    ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                    help="a Spark SQL setting for the query")
     args = ap.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="fraud-boundary-"))
     (folder / "cp").mkdir()
-    r = run(args.rate, args.duration, args.interval, folder)
+    r = run(args.rate, args.duration, args.interval, folder,
+            dict(c.split("=", 1) for c in args.conf))
     print(f"load average {r['load'][0]:.1f} -> {r['load'][1]:.1f}; detection p50 {r['p50']} "
           f"ms, p99 {r['p99']} ms; {r['alerts over 200 ms to the alert record']} of "
           f"{r['alerts']} alerts over 200 ms to the alert record; Spark's log: {folder}")

@@ -4,11 +4,15 @@ after the savepoint's batch is not written again by a query started from the sav
 The sink (``io.headrace.realtime.ExactlyOnceKafkaWriter``) keeps its replay records in
 ``<checkpoint>/exactly-once-sink`` (``SINK_DIR``), one file per (epoch = batch id, task):
 
-- ``<epoch>-<task>``, written by the epoch's first attempt of the task before it writes
+- ``<epoch>-<task>``, in place before the epoch's first attempt of the task writes
   anything: lines ``offset\\t<topic>\\t<partition>\\t<end offset>`` (the output topics' end
-  offsets at that moment) and ``id\\t<id>`` (ids to skip, carried from the epoch before);
-- ``<epoch>-<task>.rest``, at the task's successful close: the ids of its skip set it did
-  not meet, which the next epoch's first attempt of the task starts from.
+  offsets then, or a little earlier) and ``id\\t<id>`` (ids to skip, carried from the epoch
+  before). The previous epoch's task prepares it at its successful close as
+  ``<epoch>-<task>.next`` (offsets captured during that epoch, the ids of its skip set it
+  did not meet) and the first attempt renames it; without one, the first attempt writes it;
+- ``<epoch>-<task>.rest``: a skip set the epoch after starts from when it finds no prepared
+  record (``seed`` writes ``-1-<task>.rest``; older versions of the sink wrote one at every
+  close).
 
 Every record it writes carries headers ``headrace.id`` (the row's id: the fraud path's
 transaction id, or a dead letter's coordinates) and ``headrace.task`` (the task).

@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, TopicPartition
 from headrace.pipelines.errors import PipelineError
 from headrace.pipelines.fraud.checker import CheckerProcess
 from headrace.pipelines.fraud.live_view import LiveState
+from headrace.pipelines.fraud.live_warmup import is_warmup
 from headrace.pipelines.fraud.pipeline import PipelineTopics
 from headrace.pipelines.fraud.stream import FraudGenerator
 
@@ -38,6 +39,10 @@ def watch_alerts(bootstrap: str, alerts_topic: str, check_topic: str | None,
                     continue
                 now = time.time() * 1000
                 alert = json.loads(m.value() or b"{}")
+                if is_warmup(alert["card_id"]):  # before the run: in no figure of it
+                    if m.topic() != check_topic:
+                        state.warmup_ms.append(int(now - alert["event_time"]))
+                    continue
                 if m.topic() == check_topic:
                     state.checked.update((alert["card_id"], r) for r in alert["reasons"])
                     continue
@@ -128,7 +133,8 @@ def drain(timeout_s: float, queries: list[Any], mb_query: Any, state: LiveState,
         if rt_counters is not None:
             _, events, raised = rt_counters()
             rt_done = (events + state.dead_letters >= sent_txns
-                       and raised <= len(state.all_alerts) + state.repeats)
+                       and raised <= len(state.all_alerts) + state.repeats
+                       + len(state.warmup_ms))
         if mb_done and rt_done and time.monotonic() - still_since >= 3.0:
             break
         time.sleep(0.5)

@@ -54,6 +54,9 @@ class LiveState:
     sent_before_stream: int = 0
     measure_from_ms: float = 0.0
     lag_samples: list[tuple[float, int]] = field(default_factory=list)
+    warmup_ms: list[int] = field(default_factory=list)
+    """Latency of each warm-up alert read (``live_warmup``: cards outside the run, before
+    its measured traffic; in no other figure)."""
 
     def keys(self) -> set[Key]:
         return {(card, r) for card, _t, reasons in self.all_alerts for r in reasons}
@@ -87,6 +90,8 @@ class LiveSummary:
     """The embedded broker's data directory (kept after the demo), or None."""
     bootstrap_servers: str | None = None
     """The broker the demo ran against when given one (``--bootstrap-servers``), or None."""
+    warmup_ms: tuple[int, ...] = ()
+    """Latency of each warm-up alert (``live_warmup``), apart from every other figure."""
 
     def kept(self) -> str:
         """Where the demo's topics are and a command that reads them afterwards."""
@@ -122,6 +127,10 @@ class LiveSummary:
             both, rt_only, mb_only = self.agreement
             lines.append(f"checked by the micro-batch path: {both} alerts in both, "
                          f"{rt_only} real-time only, {mb_only} micro-batch only")
+        if self.warmup_ms:
+            lines.append(f"warm-up before the measured traffic: {len(self.warmup_ms)} alerts "
+                         f"on cards outside the run, {min(self.warmup_ms)}-"
+                         f"{max(self.warmup_ms)} ms (in none of the figures above)")
         lines.append(f"alerts read (read_committed) {self.alerts + self.repeats}, distinct "
                      f"{self.alerts}" + (f" ({self.repeats} repeated)" if self.repeats
                                          else " (exactly once)"))

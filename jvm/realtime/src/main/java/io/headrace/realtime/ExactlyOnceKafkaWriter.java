@@ -1,9 +1,6 @@
 package io.headrace.realtime;
 
-import java.io.BufferedReader;
 import java.io.IOException;
-import java.io.InputStreamReader;
-import java.io.OutputStream;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -15,27 +12,27 @@ import java.util.Properties;
 import java.util.Set;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
-import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FileStatus;
 import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.Path;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
-import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.PartitionInfo;
 import org.apache.kafka.common.TopicPartition;
-import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
 import org.apache.spark.TaskContext;
 import org.apache.spark.sql.ForeachWriter;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.types.StructType;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * An exactly-once Kafka sink for Spark Real-Time Mode (a JVM {@link ForeachWriter}, which RTM
@@ -64,25 +61,35 @@ import org.apache.spark.sql.types.StructType;
  *       and {@code headrace.task} (the task partition; a replay routes a row to the same
  *       one). Before writing anything in an epoch, a task's first attempt records in
  *       {@code <stateDir>/<epoch>-<partition>} (atomically) the output topics' end offsets
- *       at that moment. A retry of the epoch (the file exists) reads the output from those
+ *       at that moment (or a little earlier: see the boundaries below). A retry of the epoch (the file exists) reads the output from those
  *       offsets to its end with read_committed (after its own {@code initTransactions}, so
  *       nothing of the crashed attempt is still open) and skips rows whose id one of its
  *       earlier attempts committed.
  *   <li>Replays that span epochs. The retried batch may end (at the checkpoint interval)
  *       before reaching the input the crashed attempt had reached, so the rest of the replay
- *       comes in later epochs. A task that closes an epoch successfully writes the ids of
- *       its skip set it did not meet to {@code <epoch>-<partition>.rest}; the next epoch's
- *       first attempt starts from those (and records them in its own file, for its
- *       retries). Skipping an id already committed is always safe (one row per id), so the
- *       set only has to be large enough, never exact. Files of epochs older than the
- *       previous one are removed (an epoch starts once the one before has committed).
+ *       comes in later epochs. A task that closes an epoch successfully carries the ids of
+ *       its skip set it did not meet into the next epoch's record (below); that epoch's first
+ *       attempt starts from them. Skipping an id already committed is always safe (one row
+ *       per id), so the set only has to be large enough, never exact; for the same reason
+ *       a record's offsets only have to be low enough (a retry then reads a little more).
+ *       Files of epochs older than the previous one are removed (an epoch starts once the
+ *       one before has committed).
  *   <li>Checkpoint boundaries. Each epoch starts new tasks, and the stream waits for them at
- *       every boundary. A task that closes its epoch successfully gives its producer (between
- *       transactions) back to {@link ClientPool}; the next epoch's task for that partition in
- *       the same JVM takes it instead of building one and calling {@code initTransactions}
- *       again, when the previous epoch's record names this JVM (no incarnation elsewhere has
- *       fenced it since) and the epoch is on its first attempt. A failed task's producer is
- *       closed, never pooled. End offsets come from a consumer kept in the pool as well.
+ *       every boundary, so an epoch's open does no round trip it can avoid. A task that
+ *       closes its epoch successfully gives its producer (between transactions) back to
+ *       {@link ClientPool} and prepares the next epoch's record,
+ *       {@code <epoch + 1>-<partition>.next}: this JVM as owner, the output's end offsets
+ *       captured in the background a second into the epoch (after its own record: every
+ *       output row of the next epoch lies after them) and the carried ids. The next epoch's
+ *       first attempt renames it to its own record (the rename, like the record's existence,
+ *       marks the first attempt) instead of asking the broker for end offsets and writing
+ *       one, and takes the pooled producer instead of building one and calling
+ *       {@code initTransactions} again when the record names this JVM (no incarnation
+ *       elsewhere has fenced it since). A failed task's producer is closed, never pooled;
+ *       without a prepared record (the first epoch, a checkpoint of an older version, a
+ *       savepoint's seeded {@code -1-<partition>.rest}) the first attempt records the end
+ *       offsets itself. Every open fetches the output topics' metadata (from the producer's
+ *       cache once it has it), so that no row's send waits for it.
  * </ul>
  *
  * <p>Contract: rows with the same id in one epoch are the same output (the fraud path emits
@@ -97,6 +104,11 @@ public final class ExactlyOnceKafkaWriter extends ForeachWriter<Row> {
   public static final String PARTITION_HEADER = "headrace.task";
   private static final AtomicLong WRITTEN = new AtomicLong();
   private static final AtomicLong SKIPPED = new AtomicLong();
+  private static final Logger LOG = LoggerFactory.getLogger(ExactlyOnceKafkaWriter.class);
+  /** The suffix of the record a task prepares at its close for the next epoch's task. */
+  static final String NEXT = ".next";
+  /** How long into an epoch a task captures the end offsets for the next epoch's record. */
+  private static final long CAPTURE_DELAY_MS = 1_000;
 
   /**
    * {rows written, rows skipped as already committed} by this JVM's tasks since it started
@@ -125,6 +137,12 @@ public final class ExactlyOnceKafkaWriter extends ForeachWriter<Row> {
   private transient long partitionId;
   private transient long epochId;
   private transient String producerKey;
+  private transient long openedNs;
+  private transient boolean sentOne;
+  /** The offsets of this epoch's record (a lower bound for the next epoch's output too). */
+  private transient Map<TopicPartition, Long> recordFrom;
+  /** The end offsets captured during this epoch, for the next epoch's record; may be null. */
+  private transient volatile Map<TopicPartition, Long> nextFrom;
 
   /**
    * {@code topics}: the first is the default destination; replays are checked against all.
@@ -156,10 +174,21 @@ public final class ExactlyOnceKafkaWriter extends ForeachWriter<Row> {
     this.partitionId = partitionId;
     this.epochId = epochId;
     partitionHeader = Long.toString(partitionId).getBytes(StandardCharsets.UTF_8);
+    long t0 = System.nanoTime();
     try {
       Path dir = new Path(stateDir);
-      FileSystem fs = dir.getFileSystem(new Configuration());
-      producer = reusableProducer(fs, dir);
+      FileSystem fs = EpochRecords.fileSystem(dir);
+      Path file = new Path(dir, epochId + "-" + partitionId);
+      // the record the previous epoch's task prepared at its close, taken as this epoch's:
+      // no end-offsets round trip and no write at the boundary (the rename marks the first
+      // attempt, as the record's existence does)
+      List<String> prepared = null;
+      Path next = new Path(dir, epochId + "-" + partitionId + NEXT);
+      if (!fs.exists(file) && fs.exists(next) && fs.rename(next, file)) {
+        prepared = EpochRecords.readLines(fs, file);
+      }
+      producer = reusableProducer(prepared);
+      boolean reused = producer != null;
       if (producer == null) {
         Properties p = new Properties();
         p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
@@ -173,17 +202,36 @@ public final class ExactlyOnceKafkaWriter extends ForeachWriter<Row> {
         producer = new KafkaProducer<>(p, new ByteArraySerializer(), new ByteArraySerializer());
         producer.initTransactions();
       }
-      committed = alreadyCommitted(fs, dir, partitionId, epochId);
+      // The output topics' metadata now, not in the first row's send: a producer fetches a
+      // topic's partitions on its first record to it, and the first alerts of a run (or of
+      // an epoch after a producer sat idle) waited for that round trip. Cached: no request.
+      for (String t : topics) {
+        producer.partitionsFor(t);
+      }
+      long producerNs = System.nanoTime() - t0;
+      committed = prepared != null ? recordIds(prepared)
+          : alreadyCommitted(fs, dir, partitionId, epochId);
+      LOG.info("epoch {} partition {}: open in {} ms (producer {} {} ms, record {} {} ms)",
+          epochId, partitionId, (System.nanoTime() - t0) / 1_000_000,
+          reused ? "reused" : "new", producerNs / 1_000_000,
+          prepared != null ? "prepared" : "written", (System.nanoTime() - t0 - producerNs)
+              / 1_000_000);
     } catch (IOException e) {
       throw new IllegalStateException("the sink's epoch record in " + stateDir + ": " + e, e);
     }
-    flusher = Executors.newSingleThreadScheduledExecutor(r -> {
+    ScheduledThreadPoolExecutor pool = new ScheduledThreadPoolExecutor(2, r -> {
       Thread t = new Thread(r, "headrace-eos-flusher-" + partitionId);
       t.setDaemon(true);
       return t;
     });
+    // close does not wait for a capture that has not started
+    pool.setExecuteExistingDelayedTasksAfterShutdownPolicy(false);
+    flusher = pool;
     long tick = Math.max(1, commitIntervalMs / 4);
     flusher.scheduleWithFixedDelay(this::flushIfDue, tick, tick, TimeUnit.MILLISECONDS);
+    flusher.schedule(this::prepareNext, CAPTURE_DELAY_MS, TimeUnit.MILLISECONDS);
+    openedNs = System.nanoTime();
+    sentOne = false;
     return true;
   }
 
@@ -225,7 +273,13 @@ public final class ExactlyOnceKafkaWriter extends ForeachWriter<Row> {
         inTxn = true;
         txnStartNs = System.nanoTime();
       }
+      long s0 = System.nanoTime();
       producer.send(rec);
+      if (!sentOne) {
+        sentOne = true;
+        LOG.info("epoch {} partition {}: first send {} ms after open, took {} ms", epochId,
+            partitionId, (s0 - openedNs) / 1_000_000, (System.nanoTime() - s0) / 1_000_000);
+      }
       pending++;
       WRITTEN.incrementAndGet();
       if (pending >= maxRecords) {
@@ -236,6 +290,8 @@ public final class ExactlyOnceKafkaWriter extends ForeachWriter<Row> {
 
   @Override
   public void close(Throwable errorOrNull) {
+    LOG.info("epoch {} partition {}: close {} ms after open ({})", epochId, partitionId,
+        (System.nanoTime() - openedNs) / 1_000_000, errorOrNull == null ? "ok" : errorOrNull);
     if (flusher != null) {
       // not shutdownNow: interrupting a commit in flight fails it
       flusher.shutdown();
@@ -279,7 +335,7 @@ public final class ExactlyOnceKafkaWriter extends ForeachWriter<Row> {
     }
     if (errorOrNull == null) {
       try {
-        writeRest(partitionId, epochId);
+        writeNext(partitionId, epochId);
       } catch (IOException e) {
         throw new IllegalStateException("the sink's epoch record in " + stateDir + ": " + e, e);
       }
@@ -307,26 +363,41 @@ public final class ExactlyOnceKafkaWriter extends ForeachWriter<Row> {
 
   /**
    * The producer this partition's task of the previous epoch gave back in this JVM, when it is
-   * still the latest incarnation of the transactional id: that epoch's record names this JVM
-   * (no task elsewhere fenced it since) and this is the epoch's first attempt (a retry starts a
-   * new incarnation, whose {@code initTransactions} aborts what the failed attempt left open).
-   * Null otherwise (a pooled producer that does not qualify is closed).
+   * still the latest incarnation of the transactional id: the record that task prepared at its
+   * successful close ({@code prepared}, taken by this epoch's first attempt) names this JVM, so
+   * no task elsewhere fenced it since (a retry starts a new incarnation, whose
+   * {@code initTransactions} aborts what the failed attempt left open). Null otherwise (a
+   * pooled producer that does not qualify is closed).
    */
   @SuppressWarnings("unchecked")
-  private KafkaProducer<byte[], byte[]> reusableProducer(FileSystem fs, Path dir)
-      throws IOException {
+  private KafkaProducer<byte[], byte[]> reusableProducer(List<String> prepared) {
     KafkaProducer<byte[], byte[]> pooled =
         (KafkaProducer<byte[], byte[]>) ClientPool.take(producerKey);
     if (pooled == null) {
       return null;
     }
-    Path previous = new Path(dir, (epochId - 1) + "-" + partitionId);
-    if (!fs.exists(new Path(dir, epochId + "-" + partitionId)) && fs.exists(previous)
-        && readLines(fs, previous).contains("owner\t" + ClientPool.JVM_TOKEN)) {
+    if (prepared != null && prepared.contains("owner\t" + ClientPool.JVM_TOKEN)) {
       return pooled;
     }
     ClientPool.close(pooled);
     return null;
+  }
+
+  /** The ids of an epoch record's lines; its offsets become {@link #recordFrom}. */
+  private Set<String> recordIds(List<String> lines) {
+    Set<String> ids = new HashSet<>();
+    Map<TopicPartition, Long> from = new HashMap<>();
+    for (String line : lines) {
+      String[] f = line.split("\t", 2);
+      if (f[0].equals("id") && f.length == 2) {
+        ids.add(f[1]);
+      } else if (f[0].equals("offset")) {
+        String[] o = line.split("\t");
+        from.put(new TopicPartition(o[1], Integer.parseInt(o[2])), Long.parseLong(o[3]));
+      }
+    }
+    recordFrom = from;
+    return ids;
   }
 
   /**
@@ -337,97 +408,65 @@ public final class ExactlyOnceKafkaWriter extends ForeachWriter<Row> {
   private Set<String> alreadyCommitted(FileSystem fs, Path dir, long partitionId, long epochId)
       throws IOException {
     Path file = new Path(dir, epochId + "-" + partitionId);
-    Set<String> ids = new HashSet<>();
-    if (!fs.exists(file)) {
-      Map<TopicPartition, Long> ends = endOffsets();
-      ids.addAll(readIds(fs, new Path(dir, (epochId - 1) + "-" + partitionId + ".rest")));
-      StringBuilder text = new StringBuilder();
-      text.append("owner\t").append(ClientPool.JVM_TOKEN).append('\n');
-      for (Map.Entry<TopicPartition, Long> e : ends.entrySet()) {
-        text.append("offset\t").append(e.getKey().topic()).append('\t')
-            .append(e.getKey().partition()).append('\t').append(e.getValue()).append('\n');
-      }
-      for (String id : ids) {
-        text.append("id\t").append(id).append('\n');
-      }
-      writeAtomically(fs, file, text.toString());
-    } else {
-      Map<TopicPartition, Long> from = new HashMap<>();
-      for (String line : readLines(fs, file)) {
-        String[] f = line.split("\t", 2);
-        if (f[0].equals("id") && f.length == 2) {
-          ids.add(f[1]);
-        } else if (f[0].equals("offset")) {
-          String[] o = line.split("\t");
-          from.put(new TopicPartition(o[1], Integer.parseInt(o[2])), Long.parseLong(o[3]));
-        }
-      }
-      ids.addAll(scan(from, Long.toString(partitionId)));
+    if (fs.exists(file)) {
+      Set<String> ids = recordIds(EpochRecords.readLines(fs, file));
+      ids.addAll(scan(recordFrom, Long.toString(partitionId)));
+      return ids;
     }
-    for (FileStatus st : fs.listStatus(dir)) {
-      String name = st.getPath().getName();
-      int dash = name.indexOf('-');
-      if (!name.startsWith(".") && dash > 0) {
-        try {
-          if (Long.parseLong(name.substring(0, dash)) < epochId - 1) {
-            fs.delete(st.getPath(), false);
-          }
-        } catch (NumberFormatException ignored) {
-          // not one of ours
-        }
-      }
-    }
+    Map<TopicPartition, Long> ends = endOffsets();
+    Set<String> ids =
+        EpochRecords.readIds(fs, new Path(dir, (epochId - 1) + "-" + partitionId + ".rest"));
+    EpochRecords.writeAtomically(fs, file, EpochRecords.record(ends, ids));
+    recordFrom = ends;
     return ids;
   }
 
   /**
-   * At a successful close: the skip set's ids this epoch did not meet, for the next epoch.
-   * A replay can be cut short by the checkpoint (the retry's batch may end before the input
-   * the crashed attempt had reached), so the rest comes in the following epochs.
+   * In the background, a second into the epoch (off the boundary): the output's end offsets
+   * for the record the next epoch starts from, and the removal of records older than the
+   * previous epoch's. A failure here costs nothing but a longer read on a retry (the record
+   * then carries this epoch's offsets, a lower bound still).
    */
-  private void writeRest(long partitionId, long epochId) throws IOException {
-    Path dir = new Path(stateDir);
-    FileSystem fs = dir.getFileSystem(new Configuration());
-    StringBuilder text = new StringBuilder();
-    for (String id : committed) {
-      text.append("id\t").append(id).append('\n');
-    }
-    writeAtomically(fs, new Path(dir, epochId + "-" + partitionId + ".rest"), text.toString());
-  }
-
-  private static void writeAtomically(FileSystem fs, Path file, String text) throws IOException {
-    fs.mkdirs(file.getParent());
-    Path tmp = new Path(file.getParent(), "." + file.getName() + ".tmp");
-    try (OutputStream out = fs.create(tmp, true)) {
-      out.write(text.getBytes(StandardCharsets.UTF_8));
-    }
-    fs.delete(file, false);
-    if (!fs.rename(tmp, file)) {
-      throw new IOException("cannot rename " + tmp + " to " + file);
-    }
-  }
-
-  private static List<String> readLines(FileSystem fs, Path file) throws IOException {
-    List<String> lines = new ArrayList<>();
-    try (BufferedReader r = new BufferedReader(
-        new InputStreamReader(fs.open(file), StandardCharsets.UTF_8))) {
-      for (String line = r.readLine(); line != null; line = r.readLine()) {
-        lines.add(line);
-      }
-    }
-    return lines;
-  }
-
-  private static Set<String> readIds(FileSystem fs, Path file) throws IOException {
-    Set<String> ids = new HashSet<>();
-    if (fs.exists(file)) {
-      for (String line : readLines(fs, file)) {
-        if (line.startsWith("id\t")) {
-          ids.add(line.substring(3));
+  private void prepareNext() {
+    try {
+      nextFrom = endOffsets();
+      Path dir = new Path(stateDir);
+      FileSystem fs = EpochRecords.fileSystem(dir);
+      for (FileStatus st : fs.listStatus(dir)) {
+        String name = st.getPath().getName();
+        int dash = name.indexOf('-');
+        if (!name.startsWith(".") && dash > 0) {
+          try {
+            if (Long.parseLong(name.substring(0, dash)) < epochId - 1) {
+              fs.delete(st.getPath(), false);
+            }
+          } catch (NumberFormatException ignored) {
+            // not one of ours
+          }
         }
       }
+    } catch (IOException | RuntimeException e) {
+      LOG.warn("epoch {} partition {}: preparing the next epoch's record: {}", epochId,
+          partitionId, e.toString());
     }
-    return ids;
+  }
+
+  /**
+   * At a successful close: the next epoch's record for this partition, prepared
+   * ({@code <epoch + 1>-<partition>.next}, which that epoch's first attempt renames to its own
+   * record instead of asking the broker for end offsets and writing one at the boundary).
+   * Its offsets were taken during this epoch, after this epoch's record (every output row of
+   * the next epoch lies after them; a retry of it reads a little more); its ids are the skip
+   * set's ids this epoch did not meet (a replay can be cut short by the checkpoint: the
+   * retry's batch may end before the input the crashed attempt had reached, so the rest comes
+   * in the following epochs); its owner is this JVM, whose pool now holds the producer.
+   */
+  private void writeNext(long partitionId, long epochId) throws IOException {
+    Path dir = new Path(stateDir);
+    FileSystem fs = EpochRecords.fileSystem(dir);
+    Map<TopicPartition, Long> from = nextFrom != null ? nextFrom : recordFrom;
+    EpochRecords.writeAtomically(fs, new Path(dir, (epochId + 1) + "-" + partitionId + NEXT),
+        EpochRecords.record(from, committed));
   }
 
   /**
@@ -437,43 +476,7 @@ public final class ExactlyOnceKafkaWriter extends ForeachWriter<Row> {
   private Set<String> scan(Map<TopicPartition, Long> from, String partition) {
     Map<TopicPartition, Long> until = endOffsets();
     try (KafkaConsumer<byte[], byte[]> consumer = consumer("read_committed")) {
-      return scan(consumer, from, until, partition);
-    }
-  }
-
-  private static Set<String> scan(KafkaConsumer<byte[], byte[]> consumer,
-      Map<TopicPartition, Long> from, Map<TopicPartition, Long> until, String partition) {
-    List<TopicPartition> parts = new ArrayList<>(until.keySet());
-    consumer.assign(parts);
-    for (TopicPartition tp : parts) {
-      consumer.seek(tp, from.getOrDefault(tp, 0L));
-    }
-    Set<String> ids = new HashSet<>();
-    // other tasks' open transactions hold the last stable offset back for up to their
-    // commit interval (or, for a dead task, until its successor or the coordinator aborts)
-    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
-    while (true) {
-      boolean done = true;
-      for (TopicPartition tp : parts) {
-        if (consumer.position(tp) < until.get(tp)) {
-          done = false;
-        }
-      }
-      if (done) {
-        return ids;
-      }
-      if (System.nanoTime() > deadline) {
-        throw new IllegalStateException("the output topics did not become readable up to "
-            + until + " (read_committed) within 60 s");
-      }
-      for (ConsumerRecord<byte[], byte[]> rec : consumer.poll(Duration.ofMillis(200))) {
-        Header h = rec.headers().lastHeader(ID_HEADER);
-        Header part = rec.headers().lastHeader(PARTITION_HEADER);
-        if (h != null && part != null
-            && partition.equals(new String(part.value(), StandardCharsets.UTF_8))) {
-          ids.add(new String(h.value(), StandardCharsets.UTF_8));
-        }
-      }
+      return EpochRecords.scan(consumer, from, until, partition);
     }
   }
 

@@ -18,9 +18,10 @@ worker it forks cheaper, with nothing else changed.
   launcher that does the same for every other Python process (``worker_python``).
 
 Not preloaded: importing the tasks' modules (pyarrow, pandas, the connector) in the daemon
-before the fork saved about 1 CPU s per worker, but with it ``table_join`` emitted wrong
-rows after its first batch (``tests/streaming/test_joins.py``), cause not found; so each
-worker imports what it runs after the fork, as PySpark's own daemon has it.
+before the fork saved about 1 CPU s per worker, but a native library that starts a thread
+on import makes a fork unsafe (the child inherits locks that thread holds), so each worker
+imports what it runs after the fork, as PySpark's own daemon has it. (The table-join test
+failure it was once blamed for was the test harness's: ``tests/README.md``.)
 
 Cheap to import: nothing of PySpark is loaded before ``main`` has fixed ``sys.path``.
 """

@@ -353,7 +353,8 @@ def python_source_ceiling(spark: Any, records: int, partitions: int, runs: int,
     ``format("headrace")`` (with the same columns)."""
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-    from headrace.spark.reading import ARROW_SCHEMA, SCHEMA_DDL
+    from headrace.spark.options import SCHEMA_DDL
+    from headrace.spark.reading import ARROW_SCHEMA
 
     per_task, rows = records // partitions, 50_000
 

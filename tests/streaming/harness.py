@@ -1,10 +1,12 @@
 """Drive a streaming query micro-batch by micro-batch through the real broker and Spark.
 
 One query runs per ``StepRunner``, reading with ``format("headrace-stepped")``: each step
-produces some events, lets the source read up to their end, and waits until the query has
-processed all of it, so each step is one data micro-batch (plus the no-data batch Spark
-runs when the watermark moved). The watermark therefore advances exactly between steps,
-which makes "this event arrives when the watermark is X" reproducible without sleeps.
+produces some events, lets the sources read up to their end (all of a query's sources from
+the same trigger on: ``stepped_source``), and waits until the query has processed all of
+it, so each step is one data micro-batch (plus the no-data batch Spark runs when the
+watermark moved); ``run`` checks both. The watermark therefore advances exactly between
+steps, which makes "this event arrives when the watermark is X" reproducible without
+sleeps.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import pickle
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,10 +25,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from headrace.spark import read_events
-from headrace.testing import EmbeddedBroker
+from headrace.testing import EmbeddedBroker, scaled
 from tests.spark.kafka_helpers import create_topic, produce
 from tests.streaming import stepped_source
-from tests.streaming.stepped_source import CAP_OPTION, SteppedSource, write_cap
+from tests.streaming.stepped_source import CAP_OPTION, SteppedSource, new_run, write_cap
 
 MINUTE = 60_000
 T0 = 1_700_000_000_000 - 1_700_000_000_000 % (60 * MINUTE)  # an hour boundary
@@ -122,6 +125,7 @@ class StepRunner:
         self._by_batch[batch_id] = [r.asDict(recursive=True) for r in batch.collect()]
 
     def _start(self) -> StreamingQuery:
+        new_run(self.cap)
         df = self.build(self.sources["_"] if self.single else self.sources)
         return df.writeStream.foreachBatch(self._collect) \
             .option("checkpointLocation", str(self.checkpoint)) \
@@ -140,15 +144,11 @@ class StepRunner:
                     self.ends[tp] = max(self.ends.get(tp, 0), o + 1)
         write_cap(self.cap, self.ends)
         first = max(self._by_batch, default=-1) + 1
+        seen = len(self.progress)
         for attempt in range(TRANSIENT_RESTARTS + 1):
             if self._query is None or not self._query.isActive:
                 self._query = self._start()
-            with contextlib.suppress(StreamingQueryException):  # q.exception() has it
-                self._query.processAllAvailable()
-            for p in self._query.recentProgress:
-                if (p["batchId"], p["timestamp"]) not in self._seen:
-                    self._seen.add((p["batchId"], p["timestamp"]))
-                    self.progress.append(p)
+            self._await_ends(self._query)
             error = self._query.exception()
             if error is None or attempt == TRANSIENT_RESTARTS or TRANSIENT not in str(error):
                 break
@@ -157,9 +157,43 @@ class StepRunner:
             # supervisor would restart it.
             print(f"restarting the query after a transient failure: {TRANSIENT}")
         assert error is None, error
+        data = {p["batchId"] for p in self.progress[seen:]
+                if any(src["numInputRows"] for src in p["sources"])}
+        assert len(data) <= 1, f"one step was read in micro-batches {sorted(data)}"
         out = [row for b, rows in sorted(self._by_batch.items()) if b >= first for row in rows]
         self.emitted.extend(out)
         return out
+
+    def _await_ends(self, query: StreamingQuery) -> None:
+        """Wait until ``query`` has processed up to ``self.ends`` (or failed).
+
+        ``processAllAvailable`` alone may return before: a trigger whose sources were asked
+        just before the step was handed over still ends with "no new data" after the call
+        began, which is all it waits for; so it is called again until the query's progress
+        shows the step's ends."""
+        deadline = time.monotonic() + scaled(120)
+        while True:
+            with contextlib.suppress(StreamingQueryException):  # q.exception() has it
+                query.processAllAvailable()
+            for p in query.recentProgress:
+                if (p["batchId"], p["timestamp"]) not in self._seen:
+                    self._seen.add((p["batchId"], p["timestamp"]))
+                    self.progress.append(p)
+            if not query.isActive or self._reached():
+                return
+            assert time.monotonic() < deadline, f"the query never read up to {self.ends}"
+
+    def _reached(self) -> bool:
+        """Whether some micro-batch read up to ``self.ends`` in every partition."""
+        read: dict[tuple[str, int], int] = {}
+        for p in self.progress:
+            for src in p["sources"]:
+                end = src["endOffset"]  # JSON text, "null" before a first batch
+                end = (json.loads(end) if isinstance(end, str) else end) or {}
+                for t, parts in end.items():
+                    for part, o in parts.items():
+                        read[(t, int(part))] = max(read.get((t, int(part)), 0), int(o))
+        return all(read.get(tp, 0) >= o for tp, o in self.ends.items())
 
     def close(self) -> None:
         """Stop the query (idempotent)."""

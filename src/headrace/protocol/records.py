@@ -19,7 +19,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import crc32c
-from kafka.record.default_records import DefaultRecordBatch
 
 from headrace.protocol.errors import ProtocolError
 
@@ -186,6 +185,10 @@ def scan_batches(
 def record_timestamps(batch: bytes) -> list[tuple[int, int]]:
     """``(offset, timestamp)`` of every record of one v2 batch, decompressing it if needed
     (through kafka-python's record reader). Raises ``ProtocolError`` if it cannot be read."""
+    # imported here: kafka-python costs ~0.15 CPU s to import, and most importers of this
+    # module (every Python worker of a Spark query reading the log) never call this
+    from kafka.record.default_records import DefaultRecordBatch
+
     try:
         return [(r.offset, r.timestamp) for r in DefaultRecordBatch(batch)]
     except Exception as e:  # any codec or framing failure means "unreadable"

@@ -56,11 +56,15 @@ hands out the remainder and reads 70), and takes the isolation level only as
 
 from __future__ import annotations
 
-from pyspark.sql import SparkSession
+from typing import TYPE_CHECKING, Any
 
-from headrace.spark.datasource import HeadraceDataSource
 from headrace.spark.errors import DataLossError, OptionError, SinkError, SparkConnectorError
-from headrace.spark.events import read_events
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from headrace.spark.datasource import HeadraceDataSource
+    from headrace.spark.events import read_events
 
 __all__ = ["DataLossError", "HeadraceDataSource", "OptionError", "SinkError",
            "SparkConnectorError", "read_events", "register"]
@@ -68,4 +72,21 @@ __all__ = ["DataLossError", "HeadraceDataSource", "OptionError", "SinkError",
 
 def register(spark: SparkSession) -> None:
     """Make ``format("headrace")`` available in ``spark``. Idempotent."""
+    from headrace.spark.datasource import HeadraceDataSource
+
     spark.dataSource.register(HeadraceDataSource)
+
+
+def __getattr__(name: str) -> Any:
+    # Imported on first use, not with the package: every Python worker of a query imports
+    # this package (and the PySpark daemon, headrace.spark.daemon, runs from it), and each
+    # should import only the modules its own work needs.
+    if name == "HeadraceDataSource":
+        from headrace.spark.datasource import HeadraceDataSource
+
+        return HeadraceDataSource
+    if name == "read_events":
+        from headrace.spark.events import read_events
+
+        return read_events
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,12 +12,14 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from headrace.spark.errors import OptionError
 from headrace.spark.events import EventSpec, event_spec
 from headrace.storage.errors import InvalidConfigError
-from headrace.storage.remote_config import RemoteLogConfig, remote_log_config
+
+if TYPE_CHECKING:
+    from headrace.storage.remote_config import RemoteLogConfig
 
 EARLIEST = -2
 LATEST = -1
@@ -41,6 +43,16 @@ _SOURCE_KEYS = frozenset({
     "headrace.reader",
 })
 _SINK_KEYS = frozenset({"topic", "delivery", "schemaregistryurl", "writeid", "writesequence"})
+
+SCHEMA_DDL = ("key binary, value binary, topic string, partition int, offset long, "
+              "timestamp timestamp, timestampType int")
+HEADERS_DDL = ", headers array<struct<key: string, value: binary>>"
+
+
+def schema_ddl(include_headers: bool) -> str:
+    """The source's columns, those of Spark's Kafka source."""
+    return SCHEMA_DDL + (HEADERS_DDL if include_headers else "")
+
 
 OffsetSpec = int | dict[str, dict[int, int]]
 """A start or end: ``EARLIEST``, ``LATEST`` or explicit offsets per topic and partition."""
@@ -167,6 +179,10 @@ def _remote(opts: dict[str, str], streaming: bool, configs: dict[str, str]
         raise OptionError(f"unknown source option {unknown[0]!r}; the store settings are "
                           + ", ".join(_REMOTE_NAMES))
     try:
+        # imported here: the store's settings pull in the storage layer, which only a
+        # batch read of tiered storage needs (every Python worker of a query parses options)
+        from headrace.storage.remote_config import remote_log_config
+
         return remote_log_config({**given, "remote.log.storage.system.enable": "true"})
     except InvalidConfigError as e:
         raise OptionError(str(e)) from e

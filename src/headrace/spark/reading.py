@@ -17,21 +17,20 @@ import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from pyspark.sql.types import StructType
 
-from headrace.protocol import columnar
 from headrace.spark.errors import DataLossError, OptionError, SparkConnectorError
-from headrace.spark.fetcher import OFFSET_OUT_OF_RANGE, Fetched, PartitionFetcher
 from headrace.spark.options import SourceOptions
 
-SCHEMA_DDL = ("key binary, value binary, topic string, partition int, offset long, "
-              "timestamp timestamp, timestampType int")
-HEADERS_DDL = ", headers array<struct<key: string, value: binary>>"
+if TYPE_CHECKING:
+    from headrace.protocol import columnar
+    from headrace.spark.fetcher import Fetched, PartitionFetcher
+
 
 _HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 _FIELDS = [("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
@@ -50,11 +49,6 @@ _SPARK_TYPES = {"key": "binary", "value": "binary", "topic": "string", "partitio
                 "offset": "bigint", "timestamp": "timestamp", "timestampType": "int",
                 "headers": "array<struct<key:string,value:binary>>"}
 _ARROW_TYPES = {f.name: f.type for f in ARROW_SCHEMA_HEADERS}
-
-
-def schema_ddl(include_headers: bool) -> str:
-    """The source's columns, those of Spark's Kafka source."""
-    return SCHEMA_DDL + (HEADERS_DDL if include_headers else "")
 
 
 def select_columns(opts: SourceOptions, schema: StructType) -> SourceOptions:
@@ -222,6 +216,11 @@ def reuse_freed_memory() -> None:
 def _read_fetched(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
     """The raw path: while one response is decoded and handed to Spark, the next one is
     already being fetched (the decoder releases the GIL)."""
+    # imported here: the compiled scan (numba, ~0.3 CPU s) and the raw Fetch requests
+    # (kafka-python) are for the read tasks, not the driver's planning that imports this
+    from headrace.protocol import columnar
+    from headrace.spark.fetcher import OFFSET_OUT_OF_RANGE, PartitionFetcher
+
     reuse_freed_memory()
     timeout = opts.poll_timeout_ms / 1000
     fetcher = PartitionFetcher(opts.bootstrap_servers, rng.topic, rng.partition,

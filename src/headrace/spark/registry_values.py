@@ -25,9 +25,8 @@ import datetime as dt
 import io
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -48,6 +47,12 @@ from pyspark.sql.types import (
 )
 
 from headrace.spark.errors import Invalid, OptionError, SparkConnectorError
+
+if TYPE_CHECKING:
+    import httpx
+
+# httpx is imported by the functions that talk to the registry: every read task and sink
+# task imports this module, and only those of a query with a registry need the client.
 
 Decode = Callable[[bytes], Any]
 
@@ -83,6 +88,8 @@ class RegistryValueDecoder:
             self._http.close()
 
     def _get(self, path: str, **params: str) -> Any:
+        import httpx
+
         if self._http is None:
             self._http = httpx.Client(timeout=self.timeout)
         try:
@@ -312,6 +319,8 @@ def register_schema(url: str, subject: str, schema: str) -> int:
     """Register an Avro ``schema`` under ``subject`` (idempotent) and return its id. Driver
     side, at query start: an incompatible schema (409) is an ``OptionError`` then, not a
     failure in the middle of a stream."""
+    import httpx
+
     try:
         answer = httpx.post(f"{url.rstrip('/')}/subjects/{subject}/versions",
                             json={"schema": schema}, timeout=30)

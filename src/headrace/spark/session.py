@@ -12,6 +12,7 @@ from py4j.protocol import Py4JError
 from pyspark.sql import SparkSession
 
 from headrace import jvm
+from headrace.spark import daemon
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
@@ -95,6 +96,10 @@ def local_session(app_name: str = "headrace", master: str = "local[2]",
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # Python processes that import PySpark from its compiled files (headrace.spark.daemon;
+    # Spark starts the data-source lookup with the driver's Python)
+    for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
+        os.environ[name] = daemon.worker_python(os.environ[name])
     # One machine: bind to loopback (else Spark warns that the hostname resolves to it).
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     log_config = Path(__file__).with_name("log4j2.properties")
@@ -111,6 +116,8 @@ def local_session(app_name: str = "headrace", master: str = "local[2]",
                # a Python worker that starts on a busy machine may take more than the
                # default 15 s to answer the JVM's handshake ("failed to connect back")
                .config("spark.python.authenticate.socketTimeout", "120s")
+               # Python workers that import PySpark from its compiled files
+               .config("spark.python.daemon.module", daemon.MODULE)
                .config("spark.driver.memory", "2g"))
     connector = kafka_connector_jars() + realtime_jars() if kafka_connector else []
     if connector:

@@ -43,9 +43,8 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 from pyspark import TaskContext
@@ -60,6 +59,9 @@ from headrace.spark import metadata
 from headrace.spark.errors import OptionError, SinkError, SparkConnectorError
 from headrace.spark.options import SinkOptions
 from headrace.spark.registry_values import AvroValueEncoder, avro_schema_of, register_schema
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 T = TypeVar("T")
 log = logging.getLogger("headrace.spark.sink")

@@ -14,9 +14,8 @@ import itertools
 import logging
 import uuid
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSourceReader,
@@ -31,9 +30,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from headrace.spark import metadata
-from headrace.spark.cold import ColdPartition, plan_cold, read_cold
 from headrace.spark.errors import DataLossError, OptionError, SparkConnectorError
-from headrace.spark.events import EventParser, dead_letter_batches
 from headrace.spark.metadata import TP
 from headrace.spark.options import EARLIEST, LATEST, SinkOptions, SourceOptions
 from headrace.spark.reading import EARLIEST_AT_READ, OffsetRange, read_range
@@ -43,6 +40,14 @@ from headrace.spark.sink import (
     ensure_marker_topic,
     write_exactly_once,
 )
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+# Imported where they are used, not here: the tiered part of a backfill (headrace.spark.cold:
+# the store's clients, the compiled scan) and the events' parser (pyarrow's compute and
+# JSON reader). This module is imported by every Python worker of a query, most of which
+# only plan, and a worker pays for each module it imports (see headrace.spark.daemon).
 
 log = logging.getLogger(__name__)
 
@@ -126,14 +131,18 @@ def read_task(opts: SourceOptions, partition: InputPartition, batch_write_id: st
     """What a read task yields: raw records, or typed events (``opts.events``), whose bad
     records go to the dead-letter topic once the range is read. ``batch_write_id`` is the
     driver-drawn id of a batch read; a stream uses its query id and micro-batch id."""
-    if isinstance(partition, ColdPartition):
-        records = read_cold(opts, partition)
-    else:
-        assert isinstance(partition, RangePartition)
+    if isinstance(partition, RangePartition):
         records = read_range(opts, partition.rng)
+    else:  # a ColdPartition, which only a batch read of tiered storage plans
+        from headrace.spark.cold import ColdPartition, read_cold
+
+        assert isinstance(partition, ColdPartition)
+        records = read_cold(opts, partition)
     if opts.events is None:
         yield from records
         return
+    from headrace.spark.event_parser import EventParser, dead_letter_batches
+
     parser = EventParser(opts.events)
     dead: list[tuple[bytes | None, bytes | None, list[Any]]] = []
     for raw in records:
@@ -194,6 +203,8 @@ class BatchReader(DataSourceReader):
             _check_named(named, tps, "endingOffsets")
             end = {tp: end[tp] if named.get(tp, LATEST) == LATEST else named[tp] for tp in tps}
         if opts.remote is not None:
+            from headrace.spark.cold import plan_cold
+
             cold, hot = plan_cold(opts, admin, start, end)
             return [*cold, *plan(hot, opts.min_partitions and max(
                 opts.min_partitions - len(cold), 1))]

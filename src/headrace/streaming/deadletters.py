@@ -25,7 +25,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from headrace.spark.events import dead_letter_batches
+from headrace.spark.event_parser import dead_letter_batches
 from headrace.spark.options import SinkOptions
 from headrace.spark.sink import (
     BATCH_ID_PROPERTY,

@@ -14,7 +14,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from headrace.spark import register
+from headrace.spark import daemon, register
 from headrace.spark.session import jvm_start_options, kafka_connector_jars, realtime_jars
 from headrace.testing import scaled
 
@@ -49,14 +49,15 @@ def build_session(master: str, app: str, shuffle_partitions: int = 2,
     their own Python workers) get this interpreter as ``PYSPARK_PYTHON``. With
     ``kafka_connector``, Spark's ``format("kafka")`` jars and the real-time rule operator
     (when built) go in ``spark.jars``, which ships them to every executor."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ["PYSPARK_PYTHON"] = daemon.worker_python(sys.executable)
+    os.environ["PYSPARK_DRIVER_PYTHON"] = daemon.worker_python(sys.executable)
     builder = (SparkSession.builder.master(master).appName(app)
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
                .config("spark.sql.streaming.stopTimeout", f"{round(scaled(20))}s")
                .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
+               .config("spark.python.daemon.module", daemon.MODULE)
                .config("spark.driver.memory", "1g"))
     options = " ".join(o for o in (FAST_JVM_START if fast_jvm else "", jvm_start_options()) if o)
     if options:

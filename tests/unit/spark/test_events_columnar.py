@@ -11,7 +11,8 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from headrace.spark.events import EventParser, event_spec
+from headrace.spark.event_parser import EventParser
+from headrace.spark.events import event_spec
 from headrace.spark.reading import ARROW_SCHEMA
 
 SCHEMA = json.dumps({"type": "struct", "fields": [

@@ -254,7 +254,7 @@ def test_consumer_group_protocol(java: JavaClient, topic_name: str) -> None:
 @BOTH
 def test_admin(java: JavaClient, topic_name: str) -> None:
     """The 4.x Admin client end to end (AdminScenarios.admin, one key per step)."""
-    result = java.run("admin", topic_name)
+    result, topic_name = java.run_on("admin", topic_name)
     a, b, node = f"{topic_name}-a", f"{topic_name}-b", java.node_id
     port = int(java.bootstrap.rsplit(":", 1)[1])
     headrace = java.broker == "headrace"

@@ -199,4 +199,8 @@ def test_mirror_maker_copies_a_cluster_down_onto_a_headrace_broker(
         assert configs["retention.ms"].value == "86400000"
         assert sorted(_read_group(target, group, topic_name, PARTITIONS * MORE)) == sorted(
             f"{p}-{i}" for p in range(PARTITIONS) for i in range(FIRST, FIRST + MORE))
-        assert " ERROR " not in log, log
+        # MirrorMaker's own shutdown may race its checkpoint task against its closing admin
+        # client ("Cannot accept new calls when AdminClient is closing"): only errors while
+        # it ran count
+        running = log.split("INFO Kafka MirrorMaker stopping", 1)[0]
+        assert " ERROR " not in running, log

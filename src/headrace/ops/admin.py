@@ -40,9 +40,11 @@ _RETRY_S = 0.2
 # failover is under way
 _LEADERLESS = frozenset({KafkaError._NOENT, KafkaError.LEADER_NOT_AVAILABLE,
                          KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.FENCED_LEADER_EPOCH})
-# A group's coordinator moving to another broker (or loading the group after a move)
+# A group's coordinator moving to another broker (or loading the group after a move); a
+# request sent to the dead coordinator before the move times out or fails on transport
 _COORDINATOR_MOVING = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
-                                 KafkaError.COORDINATOR_LOAD_IN_PROGRESS})
+                                 KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                                 KafkaError._TIMED_OUT, KafkaError._TRANSPORT})
 # Kafka error code -> the error to raise instead of a generic KafkaRequestError.
 KnownErrors = Mapping[int, OpsError]
 
@@ -152,8 +154,9 @@ class AdminSession:
         """``_call`` for a request a group coordinator answers: on a cluster the coordinator
         moves when its broker dies (and loads the group's state after a move), and
         librdkafka hands NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE and
-        COORDINATOR_LOAD_IN_PROGRESS back instead of retrying. ``request()`` is sent
-        again until another answer comes, for up to ``timeout`` after the first one."""
+        COORDINATOR_LOAD_IN_PROGRESS back instead of retrying, or times out on the dead
+        coordinator it had looked up before the move. ``request()`` is sent again until
+        another answer comes, for up to ``timeout`` after the first one."""
         deadline: float | None = None
         while True:
             try:

@@ -17,9 +17,10 @@ time an alert becomes readable minus its transaction's event time. Two engines:
   micro-batch query's tasks held some at a checkpoint boundary.)
 - ``microbatch``: today's micro-batch pipeline alone (alerts to ``fraud-alerts``).
 
-Before the measured traffic the real-time path is warmed up with a few alerts on cards
-outside the run (``live_warmup``: the first alerts of a cold path were the run's slowest);
-the demo says so and keeps them out of every figure.
+Before the measured traffic the real-time path is warmed up with a few seconds of traffic
+at the run's rate and a few alerts, all on cards outside the run (``live_warmup``: the first
+seconds of a cold path were the run's slowest); the demo says so and keeps them out of every
+figure.
 
 When the real-time path's JVM pieces are missing (no Maven Central at setup), the demo says
 so once and runs the micro-batch engine. The terminal view (rich) refreshes twice a second;
@@ -55,7 +56,7 @@ from headrace.pipelines.fraud.live_follow import (
     watch_alerts,
 )
 from headrace.pipelines.fraud.live_view import LiveState, LiveSummary, percentile, view
-from headrace.pipelines.fraud.live_warmup import WARMUP_CARDS, warm_up
+from headrace.pipelines.fraud.live_warmup import WARMUP_CARDS, WARMUP_SECONDS, warm_up
 from headrace.pipelines.fraud.load import run_parallel, shard_configs
 from headrace.pipelines.fraud.pipeline import PipelineConfig, PipelineTopics, start
 from headrace.pipelines.fraud.stream import FraudGenerator
@@ -408,10 +409,11 @@ def _run(settings: LiveSettings, bootstrap: str, console: Console) -> LiveSummar
         if rt:
             _wait_for_realtime_profiles(spark, cards_box[0],
                                         settings.drain_timeout_s)
-            console.print(f"warming up the real-time path: {len(WARMUP_CARDS)} alerts on cards "
-                          "outside the run, before its traffic (in none of its figures) ...")
+            console.print(f"warming up the real-time path: {WARMUP_SECONDS:g} s of payments "
+                          f"and {len(WARMUP_CARDS)} alerts on cards outside the run, before "
+                          "its traffic (in none of its figures) ...")
             warm_up(bootstrap, topics.transactions, encoder.encode if encoder else None,
-                    state, settings.drain_timeout_s)
+                    state, settings.rate, settings.drain_timeout_s)
             console.print(f"warm-up alerts read after {min(state.warmup_ms)}-"
                           f"{max(state.warmup_ms)} ms")
         state.measure_from_ms = time.time() * 1000 + settings.steady_after_s * 1000

@@ -10,7 +10,7 @@ handled (``trigger(realTime=...)``: the interval is the checkpoint period, not a
 
 Delivery: **exactly once** for read_committed consumers (``exactly_once``, the default): the
 alerts go through the JVM sink ``io.headrace.realtime.ExactlyOnceKafkaWriter``, which writes
-them in short Kafka transactions (committed every ``commit_interval_ms``, so an alert is
+them in short Kafka transactions (committed within ``commit_interval_ms``, so an alert is
 readable within tens of milliseconds, not at the checkpoint interval) with a transactional
 id per (query id, task partition). After a crash the query replays from its last checkpoint;
 the sink then reads what it already committed since that epoch began (the output topic's end
@@ -97,8 +97,10 @@ class RealtimeConfig:
     """An alert's ``late`` flag: its transaction reached the broker this long after its event
     time (the ground truth's definition of late)."""
     commit_interval_ms: int = 25
-    """The exactly-once sink's transaction length: the most an alert waits, once handled,
-    before read_committed consumers can read it (plus one commit round trip)."""
+    """The exactly-once sink's longest transaction: the most an alert waits, once handled,
+    before read_committed consumers can read it (plus one commit round trip). A transaction
+    is committed sooner once no alert came for a quarter of it (a lone alert: about two
+    quarters)."""
     from_savepoint: str | None = None
     """A savepoint (``headrace savepoint create`` of a stopped real-time query's checkpoint)
     to start from, with a fresh ``checkpoint``: the cards' state as initial state

@@ -50,9 +50,12 @@ import org.slf4j.LoggerFactory;
  * <ul>
  *   <li>Short transactions. Each task (query id, partition) has one transactional producer,
  *       {@code transactional.id = headrace-rt-<query id>-<partition>}. Rows are sent inside a
- *       transaction that a flusher thread commits once it is {@code commitIntervalMs} old (or
- *       at {@code maxRecords} rows): an output row is readable with read_committed within
- *       about that interval plus one commit round trip, not at the checkpoint interval.
+ *       transaction that a flusher thread commits once no row came for a tick of it
+ *       ({@code commitIntervalMs / 4}), once it is {@code commitIntervalMs} old, or at
+ *       {@code maxRecords} rows: an output row is readable with read_committed within about
+ *       that interval plus one commit round trip, not at the checkpoint interval; a lone row
+ *       (an alert among many transactions) within about two ticks. Rows that come close
+ *       together share a transaction, so a busy task commits at most once per interval.
  *       {@code initTransactions} in {@link #open} fences an older incarnation of the task and
  *       aborts its open transaction, so what a dead task had not committed is never read.
  *   <li>Skipping on replay. After a restart Spark replays the input since the last
@@ -131,6 +134,7 @@ public final class ExactlyOnceKafkaWriter extends ForeachWriter<Row> {
   private transient Object lock;
   private transient boolean inTxn;
   private transient long txnStartNs;
+  private transient long lastSendNs;
   private transient int pending;
   private transient volatile RuntimeException failure;
   private transient byte[] partitionHeader;
@@ -227,8 +231,7 @@ public final class ExactlyOnceKafkaWriter extends ForeachWriter<Row> {
     // close does not wait for a capture that has not started
     pool.setExecuteExistingDelayedTasksAfterShutdownPolicy(false);
     flusher = pool;
-    long tick = Math.max(1, commitIntervalMs / 4);
-    flusher.scheduleWithFixedDelay(this::flushIfDue, tick, tick, TimeUnit.MILLISECONDS);
+    flusher.scheduleWithFixedDelay(this::flushIfDue, tickMs(), tickMs(), TimeUnit.MILLISECONDS);
     flusher.schedule(this::prepareNext, CAPTURE_DELAY_MS, TimeUnit.MILLISECONDS);
     openedNs = System.nanoTime();
     sentOne = false;
@@ -274,6 +277,7 @@ public final class ExactlyOnceKafkaWriter extends ForeachWriter<Row> {
         txnStartNs = System.nanoTime();
       }
       long s0 = System.nanoTime();
+      lastSendNs = s0;
       producer.send(rec);
       if (!sentOne) {
         sentOne = true;
@@ -342,11 +346,18 @@ public final class ExactlyOnceKafkaWriter extends ForeachWriter<Row> {
     }
   }
 
+  /** How often the flusher looks, and how long a transaction may go without a row. */
+  private long tickMs() {
+    return Math.max(1, commitIntervalMs / 4);
+  }
+
   private void flushIfDue() {
     try {
       synchronized (lock) {
+        long now = System.nanoTime();
         if (inTxn && failure == null
-            && System.nanoTime() - txnStartNs >= commitIntervalMs * 1_000_000L) {
+            && (now - txnStartNs >= commitIntervalMs * 1_000_000L
+                || now - lastSendNs >= tickMs() * 1_000_000L)) {
           commitLocked();
         }
       }

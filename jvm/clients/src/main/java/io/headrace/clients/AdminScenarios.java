@@ -91,7 +91,8 @@ final class AdminScenarios {
             out.put("list_topics_has_a", admin.listTopics().names().get().contains(a));
 
             ConfigResource resA = new ConfigResource(ConfigResource.Type.TOPIC, a);
-            out.put("configs", configs(admin, resA));
+            Map<String, Object> initial = configs(admin, resA);
+            out.put("configs", initial);
             ConfigResource broker = new ConfigResource(ConfigResource.Type.BROKER, String.valueOf(nodeId));
             ConfigEntry maxBytes = admin.describeConfigs(List.of(broker)).all().get().get(broker).get("message.max.bytes");
             out.put("broker_config", maxBytes == null ? null : Json.obj("source", maxBytes.source(),
@@ -99,10 +100,11 @@ final class AdminScenarios {
 
             alter(admin, resA, new AlterConfigOp(new ConfigEntry("retention.ms", "7200000"), AlterConfigOp.OpType.SET),
                     new AlterConfigOp(new ConfigEntry("cleanup.policy", "compact"), AlterConfigOp.OpType.APPEND));
-            out.put("configs_after_set_append", configs(admin, resA));
+            Map<String, Object> setAppend = configsChangedFrom(admin, resA, initial);
+            out.put("configs_after_set_append", setAppend);
             alter(admin, resA, new AlterConfigOp(new ConfigEntry("retention.ms", ""), AlterConfigOp.OpType.DELETE),
                     new AlterConfigOp(new ConfigEntry("cleanup.policy", "delete"), AlterConfigOp.OpType.SUBTRACT));
-            out.put("configs_after_delete_subtract", configs(admin, resA));
+            out.put("configs_after_delete_subtract", configsChangedFrom(admin, resA, setAppend));
             out.put("alter_unknown_config", outcome(admin.incrementalAlterConfigs(Map.of(resA, List.of(
                     new AlterConfigOp(new ConfigEntry("no.such.config", "1"), AlterConfigOp.OpType.SET)))).all()));
 
@@ -216,6 +218,24 @@ final class AdminScenarios {
             out.put(name, e == null ? null : List.of(e.value(), e.source().name()));
         }
         return out;
+    }
+
+    /**
+     * The topic's configs once they differ from {@code before} (or as they are after 15 s).
+     * Apache Kafka (KRaft) answers incrementalAlterConfigs once the controller committed the
+     * change, and each broker applies it to what describeConfigs reads a moment later, so a
+     * describe straight after the alter may still show the old values; headrace's first
+     * answer is already the new one.
+     */
+    private static Map<String, Object> configsChangedFrom(Admin admin, ConfigResource res,
+            Map<String, Object> before) throws Exception {
+        long deadline = System.nanoTime() + 15_000_000_000L;
+        Map<String, Object> now = configs(admin, res);
+        while (now.equals(before) && System.nanoTime() < deadline) {
+            Thread.sleep(50);
+            now = configs(admin, res);
+        }
+        return now;
     }
 
     private static Map<String, Object> describe(TopicDescription d) {

@@ -9,15 +9,16 @@ hot paths (JSON parsing, the rule operator, the sink) and every process (broker,
 reader) reaching its steady pace while the traffic already came at full rate, with a small
 surplus on 2 cores to work the backlog off. After the filler the traffic meets a warm path.
 
-Then the alerts: the real-time path's first alert pays for what nothing before it used: the rule operator's
-alert path and the sink's first records (class loading, a cold JIT), each sink task's first
-transaction, the alert topic's first read. In a quiet run those were the run's two slowest
-alerts, about twice the others'. So before the measured traffic the demo sends a short burst
-of tiny payments on ``WARMUP_CARDS`` (ids no run's world uses, no profile): each card raises
-one alert (card testing and velocity, the fifth payment), and the cards spread over the
-rule operator's two shuffle partitions, so every sink task writes and commits once. The demo
-says so, waits until the alerts are read, and keeps them out of precision, recall, the
-check and the latency figures (``LiveState.warmup_ms``); the summary shows them apart.
+Then the alerts. The real-time path's first alert pays for what nothing before it used:
+the rule operator's alert path and the sink's first records (class loading, a cold JIT),
+each sink task's first transaction, the alert topic's first read. In a quiet run those
+were the run's two slowest alerts, about twice the others'. So the demo then sends a short
+burst of tiny payments on ``WARMUP_CARDS`` (ids no run's world uses, no profile): each card
+raises one alert (card testing and velocity, the fifth payment), and the cards spread over
+the rule operator's two shuffle partitions, so every sink task writes and commits once. The
+demo says so, waits until the alerts are read, and keeps the filler and the alerts out of
+precision, recall, the check and the latency figures (``LiveState.warmup_ms``); the summary
+shows the alerts apart.
 """
 
 from __future__ import annotations

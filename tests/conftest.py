@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 
@@ -13,6 +14,12 @@ from headrace.spark.session import local_session
 from headrace.testing import ApacheKafka, EmbeddedBroker, SchemaRegistryProcess, scaled
 
 pytest_plugins = ["tests.timing"]
+
+# Every JVM the suite starts (its SparkSession and Spark applications, Apache Kafka and its
+# tools, Debezium) compiles with C1 only (``headrace.jvm.extra_options``): they live
+# seconds to minutes on small data, where C2's compiling costs more CPU than it saves
+# (tests/streaming/test_windows.py: 91 -> 71 CPU s). Subprocesses inherit it.
+os.environ.setdefault("HEADRACE_JVM_OPTIONS", "-XX:TieredStopAtLevel=1")
 
 AnyBroker = EmbeddedBroker | ApacheKafka
 

@@ -20,6 +20,7 @@ Nothing here starts a JVM at import time; every function is cheap and side-effec
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 from pathlib import Path
 from typing import Literal
@@ -82,6 +83,15 @@ def available(component: Component) -> bool:
     except JvmUnavailableError:
         return False
     return True
+
+
+def extra_options() -> list[str]:
+    """Options for every JVM headrace starts (Spark's driver in ``local_session``, Apache
+    Kafka's processes), from ``HEADRACE_JVM_OPTIONS`` (shell words; none when unset).
+
+    The test suite sets ``-XX:TieredStopAtLevel=1``: its JVMs live seconds to minutes on
+    small data, where the C2 compiler's work costs more CPU than it saves. Cheap."""
+    return shlex.split(os.environ.get("HEADRACE_JVM_OPTIONS", ""))
 
 
 def java_executable() -> str:

@@ -90,7 +90,7 @@ def local_session(app_name: str = "headrace", master: str = "local[2]",
     only. Settings of a session that already exists are not changed. ``jvm_log``: a file
     that takes everything the JVM and its Python workers print (a demo's clean terminal).
     ``java_options`` go to the driver JVM, after ``jvm_start_options()`` (which are left
-    out when they ask for an archive to be written).
+    out when they ask for an archive to be written) and ``jvm.extra_options()``.
     """
     from headrace.spark import register
 
@@ -105,7 +105,7 @@ def local_session(app_name: str = "headrace", master: str = "local[2]",
     log_config = Path(__file__).with_name("log4j2.properties")
     start = "" if "ArchiveClassesAtExit" in java_options else jvm_start_options()
     driver_options = " ".join(o for o in (f"-Dlog4j2.configurationFile={log_config}", start,
-                                          java_options) if o)
+                                          *jvm.extra_options(), java_options) if o)
     builder = (SparkSession.builder.master(master).appName(app_name)
                .config("spark.driver.extraJavaOptions", driver_options)
                .config("spark.ui.enabled", "false")

@@ -123,8 +123,8 @@ def kafka_java_command(main: str, *args: str, jvm_options: Sequence[str] = ()) -
     """``java`` running ``main`` on Apache Kafka's classpath (``jvm/lib/kafka``) with quiet
     logging (``jvm/kafka/config/log4j2.yaml``), its classes mapped from the class-data
     archive when ``make setup`` built one (a broker starts on about half the CPU; a JVM
-    that finds the archive stale starts without it, silently). Raises
-    ``JvmUnavailableError``."""
+    that finds the archive stale starts without it, silently), ``jvm.extra_options()``
+    before ``jvm_options``. Raises ``JvmUnavailableError``."""
     from headrace import jvm
     log_config = jvm.lib_dir().parent / "kafka" / "config" / "log4j2.yaml"
     archive = kafka_class_archive()
@@ -132,7 +132,7 @@ def kafka_java_command(main: str, *args: str, jvm_options: Sequence[str] = ()) -
                if archive.is_file()
                and not any(o.startswith("-XX:ArchiveClassesAtExit") for o in jvm_options)
                else [])
-    return [jvm.java_executable(), *sharing, *jvm_options,
+    return [jvm.java_executable(), *sharing, *jvm.extra_options(), *jvm_options,
             f"-Dlog4j2.configurationFile={log_config}", "-cp", jvm.classpath("kafka"), main,
             *args]
 

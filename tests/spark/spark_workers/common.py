@@ -14,6 +14,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from headrace import jvm
 from headrace.spark import daemon, register
 from headrace.spark.session import jvm_start_options, kafka_connector_jars, realtime_jars
 from headrace.testing import scaled
@@ -21,10 +22,6 @@ from headrace.testing import scaled
 
 def say(event: str) -> None:
     os.write(1, f"{time.monotonic():.3f} {event}\n".encode())
-
-
-FAST_JVM_START = "-XX:TieredStopAtLevel=1"
-"""C1 only: a JVM starts ~2 s sooner and runs slower; fine for the small data of tests."""
 
 
 def say_progress(query: Any, seen: int) -> int:
@@ -42,7 +39,7 @@ def say_progress(query: Any, seen: int) -> int:
 
 
 def build_session(master: str, app: str, shuffle_partitions: int = 2,
-                  fast_jvm: bool = True, kafka_connector: bool = False,
+                  kafka_connector: bool = False,
                   executor_cores: int = 1, executor_memory: str = "512m") -> SparkSession:
     """A SparkSession on ``master`` (``local[2]`` or ``local-cluster[N,C,M]``) with
     ``format("headrace")`` registered. Executors (local-cluster: separate JVMs that start
@@ -59,7 +56,8 @@ def build_session(master: str, app: str, shuffle_partitions: int = 2,
                .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
                .config("spark.python.daemon.module", daemon.MODULE)
                .config("spark.driver.memory", "1g"))
-    options = " ".join(o for o in (FAST_JVM_START if fast_jvm else "", jvm_start_options()) if o)
+    # the suite's JVM options (tests/conftest.py: C1 only) and the class-data archive
+    options = " ".join([*jvm.extra_options(), jvm_start_options()]).strip()
     if options:
         builder = (builder.config("spark.driver.extraJavaOptions", options)
                    .config("spark.executor.extraJavaOptions", options))

@@ -16,9 +16,9 @@ were the run's two slowest alerts, about twice the others'. So the demo then sen
 burst of tiny payments on ``WARMUP_CARDS`` (ids no run's world uses, no profile): each card
 raises one alert (card testing and velocity, the fifth payment), and the cards spread over
 the rule operator's two shuffle partitions, so every sink task writes and commits once. The
-demo says so, waits until the alerts are read, and keeps the filler and the alerts out of
-precision, recall, the check and the latency figures (``LiveState.warmup_ms``); the summary
-shows the alerts apart.
+demo says so, waits until the alerts are read, and keeps them (either path's) out of
+precision, recall, the check's agreement and the latency figures (``LiveState.warmup_ms``);
+the summary shows them apart. Both paths read the filler too; it raises no alert on either.
 """
 
 from __future__ import annotations

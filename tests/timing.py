@@ -16,23 +16,23 @@ from typing import Any
 
 import pytest
 
-# seconds of test time per area under make test's two workers on the 2-core machine: the
-# first green fresh-clone run plus about 15 % (see tests/README.md)
+# seconds of test time per area under make test's three workers on the 2-core machine: a
+# fresh-clone run plus about 15 % (see tests/README.md)
 BUDGETS: dict[str, float] = {
-    "spark": 890,
-    "pipelines": 950,
-    "integration": 810,
-    "streaming": 580,
-    "savepoints": 420,
-    "differential": 170,
-    "cluster": 540,
-    "eventsourcing": 130,
-    "cdc": 320,
-    "registry": 130,
-    "compat": 120,
-    "unit": 120,
-    "console": 60,
-    "bench": 30,
+    "integration": 870,
+    "spark": 760,
+    "pipelines": 720,
+    "streaming": 630,
+    "cluster": 545,
+    "savepoints": 390,
+    "cdc": 245,
+    "differential": 155,
+    "registry": 155,
+    "eventsourcing": 150,
+    "compat": 140,
+    "unit": 100,
+    "console": 45,
+    "bench": 25,
 }
 SLOWEST = 15
 # How make test spreads the work over its xdist workers (``pytest_xdist_make_scheduler``

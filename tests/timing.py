@@ -30,7 +30,7 @@ BUDGETS: dict[str, float] = {
     "registry": 155,
     "eventsourcing": 150,
     "compat": 140,
-    "unit": 100,
+    "unit": 125,
     "console": 45,
     "bench": 25,
 }

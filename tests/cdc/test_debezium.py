@@ -32,7 +32,8 @@ class Debezium(DebeziumProcess):
         captures: list[str] = [name, table, name, *props]
         for other_table, other_name, other_props in more:
             captures += ["--", other_name, other_table, other_name, *other_props]
-        super().__init__([jvm.java_executable(), *jvm.extra_options(), "-cp", jvm.classpath("debezium"),
+        super().__init__([jvm.java_executable(), *jvm.extra_options(),
+                          "-cp", jvm.classpath("debezium"),
                           "io.headrace.debezium.DebeziumCapture", pg.host, str(pg.port),
                           "postgres", "postgres", *captures])
 

@@ -86,7 +86,8 @@ class Debezium(DebeziumProcess):
         args: list[str] = []
         for i, (prefix, table, properties) in enumerate(captures):
             args += [*(["--"] if i else []), prefix, table, str(5402 + i), *properties]
-        super().__init__([jvm.java_executable(), *jvm.extra_options(), "-cp", jvm.classpath("debezium-mariadb"),
+        super().__init__([jvm.java_executable(), *jvm.extra_options(),
+                          "-cp", jvm.classpath("debezium-mariadb"),
                           "io.headrace.debezium.DebeziumMariaDbCapture", db.host,
                           str(db.port), "root", database, *args])
 

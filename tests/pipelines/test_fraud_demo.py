@@ -49,6 +49,11 @@ def test_demo_fraud_real_time_by_default_checked_and_quiet() -> None:
     # own free at once (CONCURRENT_SCHEDULER_INSUFFICIENT_SLOT killed the demo)
     assert "the check (micro-batch pipeline) in a Spark application of its own at nice" \
         in done.stderr, done.stderr[-3000:]
+    # the run's own micro-batch checkpoint (the check's state) is gone; its logs are kept
+    log = re.search(r"its log: (\S+)/spark-check\.log", done.stderr)
+    assert log, done.stderr[-3000:]
+    assert os.path.isfile(f"{log.group(1)}/spark.log")
+    assert not os.path.exists(f"{log.group(1)}/microbatch")
     noisy = [ln for ln in (out + done.stderr).splitlines() if NOISE.search(ln)]
     assert not noisy, noisy
 

@@ -72,9 +72,8 @@ LONGEST_FIRST = (
 )
 
 _durations: dict[str, float] = defaultdict(float)
-_spans: dict[str, list[float]] = {}
-"""Per worker (``gw0`` ...): the first test's start and the last one's end (epoch s)."""
 _timeline: list[dict[str, Any]] = []
+"""Every phase of every test: nodeid, worker (``gw0`` ...), phase, start and stop (epoch s)."""
 TIMELINE_ENV = "HEADRACE_TEST_TIMELINE"
 """A file to write every phase of every test to (JSON lines: nodeid, worker, phase, start,
 stop), to see what ran when and what ran beside it; unset: nothing written."""
@@ -126,12 +125,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Runs in the controlling process for every phase of every test (xdist forwards its
     workers' reports), so the totals cover the whole run."""
     _durations[report.nodeid] += report.duration
-    worker = str(getattr(report, "worker_id", None) or "main")
-    span = _spans.setdefault(worker, [report.start, report.stop])
-    span[0], span[1] = min(span[0], report.start), max(span[1], report.stop)
-    if os.environ.get(TIMELINE_ENV):
-        _timeline.append({"nodeid": report.nodeid, "worker": worker, "phase": report.when,
-                          "start": report.start, "stop": report.stop})
+    _timeline.append({"nodeid": report.nodeid,
+                      "worker": str(getattr(report, "worker_id", None) or "main"),
+                      "phase": report.when, "start": report.start, "stop": report.stop})
 
 
 def over_budget(totals: dict[str, float]) -> list[str]:
@@ -161,11 +157,15 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     write(f"{'all':<15} {sum(totals.values()):8.1f} s  {len(_durations):5d} tests")
     for line in over_budget(dict(totals)):
         write(f"WARNING: {line}", yellow=True, bold=True)
-    if len(_spans) > 1:  # a worker that ends long before the others is time lost
-        end = max(stop for _, stop in _spans.values())
+    spans: dict[str, tuple[float, float]] = {}  # per worker: first start, last stop
+    for row in _timeline:
+        start, stop = spans.get(row["worker"], (row["start"], row["stop"]))
+        spans[row["worker"]] = (min(start, row["start"]), max(stop, row["stop"]))
+    if len(spans) > 1:  # a worker that ends long before the others is time lost
+        end = max(stop for _, stop in spans.values())
         write("workers: " + ", ".join(
             f"{w} ran {stop - start:.0f} s (done {end - stop:.0f} s before the last)"
-            for w, (start, stop) in sorted(_spans.items())))
+            for w, (start, stop) in sorted(spans.items())))
     timeline = os.environ.get(TIMELINE_ENV)
     if timeline:
         with open(timeline, "w") as out:

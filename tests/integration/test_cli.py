@@ -182,6 +182,30 @@ def test_every_command_has_help(command: list[str]) -> None:
     assert "Usage" in result.stdout
 
 
+ALL_COMMANDS = ("broker", "produce", "consume", "demo", "registry", "capacity", "console",
+                "topics", "groups", "transactions", "schemas", "cdc", "bank", "users", "acls",
+                "savepoint", "cluster")
+
+
+def test_root_help_lists_every_command() -> None:
+    """A command's module is loaded only when it runs (``headrace.cli.app.main``); the root
+    help still names every one."""
+    listed = {line.split()[1] for line in ok(cli("--help")).stdout.splitlines()
+              if line.startswith("│ ") and len(line.split()) > 2}
+    assert set(ALL_COMMANDS) <= listed
+
+
+def test_a_command_after_root_options_and_a_misspelt_one() -> None:
+    """Root options (and their values) come before the command's name; a name that is no
+    command gets click's error, with the hint of the nearest one."""
+    assert "--partitions" in ok(cli("-X", "client.id=x", "--verbose", "topics", "create",
+                                    "--help")).stdout
+    assert "mysql" in ok(cli("-X", "client.id=x", "cdc", "--help")).stdout
+    err = cli("topic", "list")
+    assert err.returncode == 2
+    assert "No such command 'topic'" in err.stderr and "topics" in err.stderr
+
+
 # --- topics ---------------------------------------------------------------------------------
 
 

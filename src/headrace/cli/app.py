@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -17,21 +18,6 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from headrace.cli import (
-    acls,
-    bank,
-    capacity,
-    cdc,
-    cdc_mysql,
-    cluster,
-    console,
-    groups,
-    registry,
-    savepoint,
-    topics,
-    transactions,
-    users,
-)
 from headrace.cli.terminal import (
     BootstrapServers,
     ClientConfig,
@@ -60,20 +46,85 @@ app = typer.Typer(
     add_completion=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-app.add_typer(topics.app)
-app.add_typer(groups.app)
-app.add_typer(transactions.app)
-app.add_typer(registry.app)
-cdc.app.command("mysql")(cdc_mysql.mysql_command)
-app.add_typer(cdc.app)
-app.add_typer(bank.app)
-app.add_typer(users.app)
-app.add_typer(acls.app)
-app.add_typer(savepoint.app)
-app.add_typer(cluster.app)
-app.command("registry")(registry.registry)
-app.command("capacity")(capacity.capacity)
-app.command("console")(console.console)
+
+
+def _add_topics() -> None:
+    from headrace.cli import topics
+    app.add_typer(topics.app)
+
+
+def _add_groups() -> None:
+    from headrace.cli import groups
+    app.add_typer(groups.app)
+
+
+def _add_transactions() -> None:
+    from headrace.cli import transactions
+    app.add_typer(transactions.app)
+
+
+def _add_schemas() -> None:
+    from headrace.cli import registry
+    app.add_typer(registry.app)
+
+
+def _add_registry() -> None:
+    from headrace.cli import registry
+    app.command("registry")(registry.registry)
+
+
+def _add_cdc() -> None:
+    from headrace.cli import cdc, cdc_mysql
+    cdc.app.command("mysql")(cdc_mysql.mysql_command)
+    app.add_typer(cdc.app)
+
+
+def _add_bank() -> None:
+    from headrace.cli import bank
+    app.add_typer(bank.app)
+
+
+def _add_users() -> None:
+    from headrace.cli import users
+    app.add_typer(users.app)
+
+
+def _add_acls() -> None:
+    from headrace.cli import acls
+    app.add_typer(acls.app)
+
+
+def _add_savepoint() -> None:
+    from headrace.cli import savepoint
+    app.add_typer(savepoint.app)
+
+
+def _add_cluster() -> None:
+    from headrace.cli import cluster
+    app.add_typer(cluster.app)
+
+
+def _add_capacity() -> None:
+    from headrace.cli import capacity
+    app.command("capacity")(capacity.capacity)
+
+
+def _add_console() -> None:
+    from headrace.cli import console
+    app.command("console")(console.console)
+
+
+# The commands of their own modules, each added when it is the one run (``main``): a broker
+# start or a client command then imports its own module only, not every command's Kafka
+# clients and tables (a third of the CPU of a short command's process).
+_COMMAND_MODULES: dict[str, Callable[[], None]] = {
+    "topics": _add_topics, "groups": _add_groups, "transactions": _add_transactions,
+    "schemas": _add_schemas, "cdc": _add_cdc, "bank": _add_bank, "users": _add_users,
+    "acls": _add_acls, "savepoint": _add_savepoint, "cluster": _add_cluster,
+    "registry": _add_registry, "capacity": _add_capacity, "console": _add_console,
+}
+# the root options that take a value (the command name comes after them)
+_ROOT_VALUE_OPTIONS = frozenset({"--client-config", "-X", "--command-config"})
 
 
 class Acks(StrEnum):
@@ -316,6 +367,8 @@ def broker(
 
     def start_registry(broker_port: int) -> None:
         if schema_registry_port is not None:
+            from headrace.cli import registry
+
             children.append(registry.spawn_registry(
                 f"{host}:{broker_port}", host, schema_registry_port))
 
@@ -519,8 +572,32 @@ def demo(
     stdout.print(summary.render())
 
 
+def command_name(args: list[str]) -> str | None:
+    """The command ``args`` (the arguments after ``headrace``) run: the first argument
+    after the root options; None when there is none (``--help``, no arguments)."""
+    it = iter(args)
+    for arg in it:
+        if arg in _ROOT_VALUE_OPTIONS:
+            next(it, None)
+        elif not arg.startswith("-"):
+            return arg
+    return None
+
+
+def add_commands(name: str | None) -> None:
+    """Add the commands of their own modules to ``app``: the one called ``name`` when it
+    is one of them, else all (root help, a misspelt name: the listing and the hint name
+    every command). Idempotent per process: call once."""
+    add = _COMMAND_MODULES.get(name or "")
+    for adder in [add] if add else _COMMAND_MODULES.values():
+        adder()
+
+
 def main() -> None:
     """Run the CLI; a ``HeadraceError`` becomes a one-line message on stderr and exit 1."""
+    name = command_name(sys.argv[1:])
+    if name not in ("broker", "produce", "consume", "demo"):
+        add_commands(name)
     try:
         app(prog_name="headrace")
     except HeadraceError as e:

@@ -76,8 +76,14 @@ final class Clients {
         return Admin.create(props(bootstrap));
     }
 
+    /**
+     * A topic whose records are never deleted by time: the scenarios write them at
+     * BASE_TIMESTAMP (2023), far older than the default retention.ms (7 days), so the
+     * broker's next retention check would delete them in the middle of a scenario.
+     */
     static void createTopic(Admin admin, String name, int partitions) throws Exception {
-        admin.createTopics(List.of(new NewTopic(name, partitions, (short) 1))).all().get();
+        NewTopic topic = new NewTopic(name, partitions, (short) 1).configs(Map.of("retention.ms", "-1"));
+        admin.createTopics(List.of(topic)).all().get();
     }
 
     static Map<String, Object> record(ConsumerRecord<String, String> r) {

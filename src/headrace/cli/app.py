@@ -8,9 +8,9 @@ traceback), 2 for a usage error. Client commands reach the broker only through K
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
-from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -48,80 +48,18 @@ app = typer.Typer(
 )
 
 
-def _add_topics() -> None:
-    from headrace.cli import topics
-    app.add_typer(topics.app)
-
-
-def _add_groups() -> None:
-    from headrace.cli import groups
-    app.add_typer(groups.app)
-
-
-def _add_transactions() -> None:
-    from headrace.cli import transactions
-    app.add_typer(transactions.app)
-
-
-def _add_schemas() -> None:
-    from headrace.cli import registry
-    app.add_typer(registry.app)
-
-
-def _add_registry() -> None:
-    from headrace.cli import registry
-    app.command("registry")(registry.registry)
-
-
-def _add_cdc() -> None:
-    from headrace.cli import cdc, cdc_mysql
-    cdc.app.command("mysql")(cdc_mysql.mysql_command)
-    app.add_typer(cdc.app)
-
-
-def _add_bank() -> None:
-    from headrace.cli import bank
-    app.add_typer(bank.app)
-
-
-def _add_users() -> None:
-    from headrace.cli import users
-    app.add_typer(users.app)
-
-
-def _add_acls() -> None:
-    from headrace.cli import acls
-    app.add_typer(acls.app)
-
-
-def _add_savepoint() -> None:
-    from headrace.cli import savepoint
-    app.add_typer(savepoint.app)
-
-
-def _add_cluster() -> None:
-    from headrace.cli import cluster
-    app.add_typer(cluster.app)
-
-
-def _add_capacity() -> None:
-    from headrace.cli import capacity
-    app.command("capacity")(capacity.capacity)
-
-
-def _add_console() -> None:
-    from headrace.cli import console
-    app.command("console")(console.console)
-
-
-# The commands of their own modules, each added when it is the one run (``main``): a broker
-# start or a client command then imports its own module only, not every command's Kafka
-# clients and tables (a third of the CPU of a short command's process).
-_COMMAND_MODULES: dict[str, Callable[[], None]] = {
-    "topics": _add_topics, "groups": _add_groups, "transactions": _add_transactions,
-    "schemas": _add_schemas, "cdc": _add_cdc, "bank": _add_bank, "users": _add_users,
-    "acls": _add_acls, "savepoint": _add_savepoint, "cluster": _add_cluster,
-    "registry": _add_registry, "capacity": _add_capacity, "console": _add_console,
+# The commands of their own modules (name -> the ``headrace.cli`` module, and the function of
+# it that is the command, or None for the module's Typer app, a group of commands). Each is
+# added when it is the one run (``main``): a broker start or a client command then imports
+# its own module only, not every command's Kafka clients and tables (a third of the CPU of
+# a short command's process).
+_COMMAND_MODULES: dict[str, tuple[str, str | None]] = {
+    "topics": ("topics", None), "groups": ("groups", None),
+    "transactions": ("transactions", None), "schemas": ("registry", None),
+    "cdc": ("cdc", None), "bank": ("bank", None), "users": ("users", None),
+    "acls": ("acls", None), "savepoint": ("savepoint", None), "cluster": ("cluster", None),
+    "registry": ("registry", "registry"), "capacity": ("capacity", "capacity"),
+    "console": ("console", "console"),
 }
 # the root options that take a value (the command name comes after them)
 _ROOT_VALUE_OPTIONS = frozenset({"--client-config", "-X", "--command-config"})
@@ -588,9 +526,14 @@ def add_commands(name: str | None) -> None:
     """Add the commands of their own modules to ``app``: the one called ``name`` when it
     is one of them, else all (root help, a misspelt name: the listing and the hint name
     every command). Idempotent per process: call once."""
-    add = _COMMAND_MODULES.get(name or "")
-    for adder in [add] if add else _COMMAND_MODULES.values():
-        adder()
+    names = [name] if name in _COMMAND_MODULES else list(_COMMAND_MODULES)
+    for command in names:
+        module_name, function = _COMMAND_MODULES[command]
+        module = importlib.import_module(f"headrace.cli.{module_name}")
+        if function is None:
+            app.add_typer(module.app)
+        else:
+            app.command(command)(getattr(module, function))
 
 
 def main() -> None:

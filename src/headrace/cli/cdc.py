@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from headrace.cli.cdc_mysql import mysql_command
 from headrace.cli.terminal import BootstrapServers, ClientConfig, print_error, stderr, stdout
 from headrace.ops.clients import DEFAULT_BOOTSTRAP_SERVERS, client_settings
 
@@ -141,3 +142,6 @@ def status(
                      f"{retained_mb:.1f} MB of WAL (more than --warn-retained-mb "
                      f"{warn_retained_mb:g}): {why}", soft_wrap=True)
         raise typer.Exit(2)
+
+
+app.command("mysql")(mysql_command)

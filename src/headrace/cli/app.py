@@ -524,8 +524,13 @@ def command_name(args: list[str]) -> str | None:
 
 def add_commands(name: str | None) -> None:
     """Add the commands of their own modules to ``app``: the one called ``name`` when it
-    is one of them, else all (root help, a misspelt name: the listing and the hint name
-    every command). Idempotent per process: call once."""
+    is one of them, none when ``name`` is one of ``app``'s own (``broker``, ``produce``
+    ...), else all (root help, a misspelt name: the listing and the hint name every
+    command). Call once per process."""
+    own = {c.name or c.callback.__name__.replace("_", "-")
+           for c in app.registered_commands if c.callback is not None}
+    if name in own:
+        return
     names = [name] if name in _COMMAND_MODULES else list(_COMMAND_MODULES)
     for command in names:
         module_name, function = _COMMAND_MODULES[command]
@@ -538,9 +543,7 @@ def add_commands(name: str | None) -> None:
 
 def main() -> None:
     """Run the CLI; a ``HeadraceError`` becomes a one-line message on stderr and exit 1."""
-    name = command_name(sys.argv[1:])
-    if name not in ("broker", "produce", "consume", "demo"):
-        add_commands(name)
+    add_commands(command_name(sys.argv[1:]))
     try:
         app(prog_name="headrace")
     except HeadraceError as e:

@@ -13,10 +13,13 @@ same driver (``headrace.jvm.clients_classpath``) (it only calls APIs present in 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import subprocess
 import warnings
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from headrace import jvm
@@ -31,6 +34,22 @@ JVM_TIMEOUT = 120.0
 # headrace every failure counts.
 REFERENCE_RETRIED = frozenset({"commits", "assignors", "static-membership", "consumer-protocol",
                                "admin"})
+# A scenario's JVM that outlives JVM_TIMEOUT is asked for a thread dump (SIGQUIT) and given
+# this long to print it before it is killed.
+DUMP_GRACE = 5.0
+
+
+class ScenarioTimeout(AssertionError):
+    """A scenario's JVM ran past its timeout. The message holds what it printed (its log,
+    the thread dump of where it hung) and the broker's last log lines."""
+
+
+def timed_out_report(cmd: list[str], out: str, err: str, broker_log: list[str]) -> str:
+    """The failure message of a JVM killed at its timeout: command, its stderr, its
+    stdout (where the thread dump went) and the broker's log tail, each cut to its end."""
+    return (f"java scenario timed out: {' '.join(cmd[-5:])}\n--- its stderr (end):\n"
+            f"{err[-8000:]}\n--- its stdout and thread dump (end):\n{out[-12000:]}\n"
+            f"--- the broker's last log lines:\n{''.join(broker_log[-40:])}")
 
 
 @dataclass(frozen=True)
@@ -42,6 +61,8 @@ class JavaClient:
     bootstrap: str
     node_id: int
     version: str = BUILT_AGAINST
+    # The broker's kept log lines, for a timeout's report.
+    broker_log: Callable[[], list[str]] = field(default=list, compare=False, repr=False)
 
     def run(self, scenario: str, topic: str) -> dict[str, Any]:
         """Run ``scenario`` in a fresh JVM; its JSON observations. Blocks (bounded)."""
@@ -50,11 +71,18 @@ class JavaClient:
     def run_on(self, scenario: str, topic: str) -> tuple[dict[str, Any], str]:
         """``run``, and the topic name the observations are of (``topic``, or the fresh one
         of a retry on the reference broker)."""
-        done = self._run(scenario, topic)
-        if (done.returncode != 0 and self.broker == "kafka" and scenario in REFERENCE_RETRIED
-                and "timed out consuming" in done.stderr):
+        try:
+            done = self._run(scenario, topic)
+            stalled = (done.returncode != 0 and scenario in REFERENCE_RETRIED
+                       and "timed out consuming" in done.stderr)
+            report = done.stderr[-12000:]
+        except ScenarioTimeout as e:
+            if self.broker != "kafka":
+                raise
+            stalled, report = True, str(e)
+        if stalled and self.broker == "kafka":
             warnings.warn(f"java scenario {scenario} timed out on the reference broker; run "
-                          f"again on fresh topics. Its log:\n{done.stderr[-12000:]}", stacklevel=2)
+                          f"again on fresh topics. Its log:\n{report}", stacklevel=2)
             topic = f"{topic}-again"
             done = self._run(scenario, topic)
         if done.returncode != 0:
@@ -80,4 +108,15 @@ class JavaClient:
             "--topic",
             topic,
         ]
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=scaled(JVM_TIMEOUT))
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            out, err = proc.communicate(timeout=scaled(JVM_TIMEOUT))
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGQUIT)  # the JVM prints every thread's stack to stdout
+            # and goes on running: the dump is in what it printed by the kill
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.communicate(timeout=DUMP_GRACE)
+            proc.kill()
+            out, err = proc.communicate()
+            raise ScenarioTimeout(timed_out_report(cmd, out, err, self.broker_log())) from None
+        return subprocess.CompletedProcess(cmd, proc.returncode, out, err)

@@ -27,9 +27,9 @@ def java(request: pytest.FixtureRequest) -> JavaClient:
     target, _, version = str(request.param).partition("@")
     if target == "headrace":
         b: EmbeddedBroker = request.getfixturevalue("broker")
-        return JavaClient("headrace", b.bootstrap_servers, 0, version or "4.4.0")
+        return JavaClient("headrace", b.bootstrap_servers, 0, version or "4.4.0", b.output_lines)
     k: ApacheKafka = request.getfixturevalue("apache_kafka")
-    return JavaClient("kafka", k.bootstrap_servers, 1, version or "4.4.0")
+    return JavaClient("kafka", k.bootstrap_servers, 1, version or "4.4.0", k.output_lines)
 
 
 BOTH = pytest.mark.parametrize("java", ["headrace", "kafka"], indirect=True)

@@ -47,6 +47,7 @@ from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
 from headrace.eventsourcing.errors import StoreError
 from headrace.eventsourcing.validity import Quarantined, classify
+from headrace.spark.checkpoint import discard_unfinished_first_batch
 from headrace.spark.sink import QUERY_ID_PROPERTY
 
 # The stateful step's output: an event's columns, or for a quarantined record its
@@ -203,6 +204,7 @@ def write_projection(rows: DataFrame, bootstrap_servers: str, topic: str, checkp
          .option("kafka.bootstrap.servers", bootstrap_servers).option("topic", topic)
          .option("writeId", query_id).option("writeSequence", str(batch_id)).save())
 
+    discard_unfinished_first_batch(checkpoint)
     writer = (rows.writeStream.outputMode("update").foreachBatch(write)
               .option("checkpointLocation", checkpoint))
     if query_name:

@@ -26,6 +26,7 @@ import sys
 
 from pyspark.sql.streaming import StreamingQueryListener
 
+from headrace.spark.checkpoint import discard_unfinished_first_batch
 from tests.spark.spark_workers.common import build_session, say
 
 SINK_PARTITIONS = 3
@@ -63,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     spark = build_session(args.master, "headrace-eos-pipeline")
     spark.streams.addListener(Progress())
     say("session")
+    # The killed incarnations may have crashed inside the first offsets write.
+    discard_unfinished_first_batch(args.checkpoint)
     query = (spark.readStream.format("headrace")
              .option("kafka.bootstrap.servers", args.bootstrap)
              .option("subscribe", args.input)

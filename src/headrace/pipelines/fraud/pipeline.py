@@ -25,6 +25,7 @@ from headrace.pipelines.fraud.detector import OUTPUT_DDL, FraudDetector
 from headrace.pipelines.fraud.rules import Thresholds
 from headrace.savepoints import IncompatibleStateError, Savepoint
 from headrace.spark import read_events
+from headrace.spark.checkpoint import discard_unfinished_first_batch
 from headrace.streaming import with_spark_watermark
 from headrace.streaming.joins import latest_join
 from headrace.streaming.timeutil import duration_ms
@@ -152,6 +153,7 @@ def start(spark: SparkSession, cfg: PipelineConfig, query_name: str = "fraud") -
                 f"checkpoint {cfg.checkpoint} has committed batches: a query starts from a "
                 "savepoint with a fresh checkpoint")
         Savepoint(cfg.from_savepoint).verify_sink(cfg.bootstrap_servers)
+    discard_unfinished_first_batch(cfg.checkpoint)
     writer = (to_sink_rows(detections(spark, cfg), cfg.topics).writeStream
               .format("headrace").queryName(query_name)
               .option("kafka.bootstrap.servers", cfg.bootstrap_servers)

@@ -57,6 +57,7 @@ from headrace.realtime import (
 )
 from headrace.savepoints import IncompatibleStateError, Savepoint
 from headrace.savepoints.replay import SINK_DIR, seed
+from headrace.spark.checkpoint import discard_unfinished_first_batch
 from headrace.streaming.errors import SpecError
 from headrace.streaming.timeutil import duration_ms
 
@@ -364,6 +365,7 @@ def start(spark: SparkSession, cfg: RealtimeConfig, query_name: str = "fraud-rea
         raise IncompatibleStateError(
             f"checkpoint {cfg.checkpoint} has committed batches: a query starts from a "
             "savepoint with a fresh checkpoint")
+    discard_unfinished_first_batch(cfg.checkpoint)
     interval = f"{checkpoint_interval_ms(cfg.checkpoint_interval)} milliseconds"
     out = operator_output(spark, cfg)
     if cfg.exactly_once:

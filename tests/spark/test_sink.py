@@ -139,8 +139,12 @@ def test_restart_after_lost_checkpoint_offsets_is_new_output(
 def test_a_zombie_run_of_a_task_is_fenced(spark: SparkSession, broker: EmbeddedBroker,
                                           topic_name: str, tmp_path: Path) -> None:
     """A run of a task that is still alive elsewhere (here: a producer with the task's
-    transactional id, which leaves a transaction open) is fenced by the next batch's run:
-    that batch writes each row once, and the zombie's record never becomes visible."""
+    transactional id, which leaves a transaction open) is fenced by the next batch's run
+    of that task: that batch writes each row once, and the zombie's record never becomes
+    visible. The rows go to both source partitions explicitly, so every batch runs both
+    tasks: a task that does not run again leaves its zombie's transaction to the
+    transaction timeout, and the output partition it wrote to unreadable until then (with
+    null keys, librdkafka put all 100 rows in one partition in a loaded run)."""
     import json
 
     from confluent_kafka import Producer
@@ -148,7 +152,7 @@ def test_a_zombie_run_of_a_task_is_fenced(spark: SparkSession, broker: EmbeddedB
     src, out = topic_name + "-in", topic_name + "-out"
     create_topic(broker.bootstrap_servers, src, 2)
     create_topic(broker.bootstrap_servers, out, 2)
-    produce(broker.bootstrap_servers, src, [(None, f"a{i}".encode()) for i in range(100)])
+    produce(broker.bootstrap_servers, src, [(None, f"a{i}".encode(), i % 2) for i in range(100)])
     _stream_copy(spark, broker, src, out, tmp_path / "cp")
     query_id = json.loads((tmp_path / "cp" / "metadata").read_text())["id"]
     intruders = []
@@ -160,7 +164,7 @@ def test_a_zombie_run_of_a_task_is_fenced(spark: SparkSession, broker: EmbeddedB
         p.produce(out, b"intruder", partition=partition)
         assert p.flush(scaled(10)) == 0
         intruders.append(p)  # left open: the sink's next producer must abort it
-    produce(broker.bootstrap_servers, src, [(None, f"b{i}".encode()) for i in range(100)])
+    produce(broker.bootstrap_servers, src, [(None, f"b{i}".encode(), i % 2) for i in range(100)])
     _stream_copy(spark, broker, src, out, tmp_path / "cp")
     values = sorted(m.value() for m in read_all(broker.bootstrap_servers, out))
     assert values == sorted([f"a{i}!".encode() for i in range(100)]

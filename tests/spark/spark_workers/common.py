@@ -16,7 +16,12 @@ from pyspark.sql import SparkSession
 
 from headrace import jvm
 from headrace.spark import daemon, register
-from headrace.spark.session import jvm_start_options, kafka_connector_jars, realtime_jars
+from headrace.spark.session import (
+    LOCAL_CHECKPOINT_FILES,
+    jvm_start_options,
+    kafka_connector_jars,
+    realtime_jars,
+)
 from headrace.testing import scaled
 
 
@@ -64,6 +69,9 @@ def build_session(master: str, app: str, shuffle_partitions: int = 2,
     connector = kafka_connector_jars() + realtime_jars() if kafka_connector else []
     if connector:
         builder = builder.config("spark.jars", ",".join(connector))
+    if master.startswith("local"):  # as local_session: no readlink process per rename
+        builder = builder.config("spark.sql.streaming.checkpointFileManagerClass",
+                                 LOCAL_CHECKPOINT_FILES)
     if master.startswith("local-cluster"):
         # Each worker of local-cluster[N,C,M] offers M MiB; the executor must fit in it.
         builder = builder.config("spark.executor.memory", "768m")

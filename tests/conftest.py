@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 
@@ -20,6 +22,25 @@ pytest_plugins = ["tests.timing"]
 # seconds to minutes on small data, where C2's compiling costs more CPU than it saves
 # (tests/streaming/test_windows.py: 91 -> 71 CPU s). Subprocesses inherit it.
 os.environ.setdefault("HEADRACE_JVM_OPTIONS", "-XX:TieredStopAtLevel=1")
+
+# Every process of a run keeps its temporary files in one folder, removed when the run
+# ends: Python's ``tempfile`` (TMPDIR) and the JVMs' ``java.io.tmpdir``. The JVMs unpack
+# their native libraries there (RocksDB's 15 MB, snappy, lz4) and Spark its block managers
+# and ``temporary-*`` checkpoints; a JVM a test kills never removes them, and runs used to
+# leave gigabytes in /tmp. The process that loads this first (pytest, or xdist's
+# controller) makes the folder; xdist's workers inherit it through the environment.
+_RUN_TMPDIR: str | None = None
+if "HEADRACE_TEST_TMPDIR" not in os.environ:
+    _RUN_TMPDIR = tempfile.mkdtemp(prefix="headrace-tests-")
+    os.environ["HEADRACE_TEST_TMPDIR"] = os.environ["TMPDIR"] = _RUN_TMPDIR
+    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+    os.environ["HEADRACE_JVM_OPTIONS"] += f" -Djava.io.tmpdir={_RUN_TMPDIR}"
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the run's temporary folder, in the process that made it."""
+    if _RUN_TMPDIR is not None:
+        shutil.rmtree(_RUN_TMPDIR, ignore_errors=True)
 
 AnyBroker = EmbeddedBroker | ApacheKafka
 

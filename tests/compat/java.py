@@ -99,7 +99,7 @@ class JavaClient:
         cmd = [
             jvm.java_executable(),
             "-Xshare:auto",
-            "-XX:TieredStopAtLevel=1",
+            *jvm.extra_options(),  # the suite's: C1 only, the run's temporary folder
             "-Xmx256m",
             "-cp",
             jvm.clients_classpath(None if self.version == BUILT_AGAINST else self.version),

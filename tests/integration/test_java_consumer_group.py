@@ -51,7 +51,8 @@ def test_java_consumer_with_consumer_protocol(compiled: str, broker: EmbeddedBro
         producer.produce(topic_name, value=f"v{i}".encode(), partition=i % 3)
     assert producer.flush(scaled(10)) == 0
     group = f"java-{uuid.uuid4().hex[:8]}"
-    run = subprocess.run([jvm.java_executable(), "-cp", compiled, "Kip848Consumer", bs, group,
+    run = subprocess.run([jvm.java_executable(), *jvm.extra_options(), "-cp", compiled,
+                          "Kip848Consumer", bs, group,
                           topic_name, "30", str(scaled(60))], capture_output=True, text=True,
                          timeout=scaled(120))
     assert run.returncode == 0, run.stderr[-3000:]
@@ -84,7 +85,8 @@ def test_java_and_librdkafka_members_share_a_group(compiled: str, broker: Embedd
     java: subprocess.Popen[str] | None = None
     try:
         wait_until(lambda: len(a.owned) == 4, 30, "librdkafka owns all four partitions")
-        java = subprocess.Popen([jvm.java_executable(), "-cp", compiled, "Kip848Consumer", bs,
+        java = subprocess.Popen([jvm.java_executable(), *jvm.extra_options(), "-cp", compiled,
+                                 "Kip848Consumer", bs,
                                  group, topic_name, "20", str(scaled(60))], stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, text=True)
         lines: list[str] = []

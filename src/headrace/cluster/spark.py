@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 from types import TracebackType
 
+from headrace import jvm
 from headrace.cluster.errors import ClusterError
 from headrace.cluster.process import NodeProcess, free_port
 
@@ -68,8 +69,9 @@ class SparkCluster:
         return {**os.environ, "SPARK_HOME": str(self.spark_home()),
                 "SPARK_DAEMON_MEMORY": self.daemon_memory, "SPARK_LOCAL_IP": self.host,
                 # the master and workers do little work: C1 and the serial collector start
-                # them sooner and keep them small
-                "SPARK_DAEMON_JAVA_OPTS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+                # them sooner and keep them small; then headrace's options for every JVM
+                "SPARK_DAEMON_JAVA_OPTS": " ".join(["-XX:TieredStopAtLevel=1",
+                                                    "-XX:+UseSerialGC", *jvm.extra_options()]),
                 "SPARK_NO_DAEMONIZE": "1",
                 "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
 

@@ -86,6 +86,29 @@ def jvm_start_options() -> str:
     return f"-XX:SharedArchiveFile={archive} -Xshare:auto -Xlog:cds=off,cds+dynamic=off"
 
 
+def session_settings(master: str, shuffle_partitions: int = 2,
+                     stop_timeout_s: float = 20) -> dict[str, str]:
+    """The settings every headrace SparkSession on ``master`` gets (``local_session``'s,
+    and those of applications that build their own session): no UI or console progress bar,
+    ``shuffle_partitions``, queries given ``stop_timeout_s`` to stop, Python workers on
+    this interpreter that import PySpark from its compiled files (``headrace.spark.daemon``)
+    and are allowed 120 s for the JVM's handshake (Spark's 15 s default fails on a busy
+    machine: "failed to connect back"), and on a ``local`` master the checkpoint file
+    manager that starts no process (``LOCAL_CHECKPOINT_FILES``). Cheap, no JVM."""
+    settings = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": str(shuffle_partitions),
+        "spark.sql.streaming.stopTimeout": f"{round(stop_timeout_s)}s",
+        "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
+        "spark.python.authenticate.socketTimeout": "120s",
+        "spark.python.daemon.module": daemon.MODULE,
+    }
+    if master.startswith("local"):
+        settings["spark.sql.streaming.checkpointFileManagerClass"] = LOCAL_CHECKPOINT_FILES
+    return settings
+
+
 def local_session(app_name: str = "headrace", master: str = "local[2]",
                   shuffle_partitions: int = 2, kafka_connector: bool = True,
                   jvm_log: str | None = None, java_options: str = "") -> SparkSession:
@@ -120,20 +143,9 @@ def local_session(app_name: str = "headrace", master: str = "local[2]",
                                           *jvm.extra_options(), java_options) if o)
     builder = (SparkSession.builder.master(master).appName(app_name)
                .config("spark.driver.extraJavaOptions", driver_options)
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-               .config("spark.sql.streaming.stopTimeout", "20s")
-               .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
-               # a Python worker that starts on a busy machine may take more than the
-               # default 15 s to answer the JVM's handshake ("failed to connect back")
-               .config("spark.python.authenticate.socketTimeout", "120s")
-               # Python workers that import PySpark from its compiled files
-               .config("spark.python.daemon.module", daemon.MODULE)
                .config("spark.driver.memory", "2g"))
-    if master.startswith("local"):
-        builder = builder.config("spark.sql.streaming.checkpointFileManagerClass",
-                                 LOCAL_CHECKPOINT_FILES)
+    for key, value in session_settings(master, shuffle_partitions).items():
+        builder = builder.config(key, value)
     connector = kafka_connector_jars() + realtime_jars() if kafka_connector else []
     if connector:
         builder = builder.config("spark.jars", ",".join(connector))

@@ -17,10 +17,10 @@ from pyspark.sql import SparkSession
 from headrace import jvm
 from headrace.spark import daemon, register
 from headrace.spark.session import (
-    LOCAL_CHECKPOINT_FILES,
     jvm_start_options,
     kafka_connector_jars,
     realtime_jars,
+    session_settings,
 )
 from headrace.testing import scaled
 
@@ -53,14 +53,9 @@ def build_session(master: str, app: str, shuffle_partitions: int = 2,
     (when built) go in ``spark.jars``, which ships them to every executor."""
     os.environ["PYSPARK_PYTHON"] = daemon.worker_python(sys.executable)
     os.environ["PYSPARK_DRIVER_PYTHON"] = daemon.worker_python(sys.executable)
-    builder = (SparkSession.builder.master(master).appName(app)
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-               .config("spark.sql.streaming.stopTimeout", f"{round(scaled(20))}s")
-               .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
-               .config("spark.python.daemon.module", daemon.MODULE)
-               .config("spark.driver.memory", "1g"))
+    builder = SparkSession.builder.master(master).appName(app).config("spark.driver.memory", "1g")
+    for key, value in session_settings(master, shuffle_partitions, scaled(20)).items():
+        builder = builder.config(key, value)
     # the suite's JVM options (tests/conftest.py: C1 only) and the class-data archive
     options = " ".join([*jvm.extra_options(), jvm_start_options()]).strip()
     if options:
@@ -69,9 +64,6 @@ def build_session(master: str, app: str, shuffle_partitions: int = 2,
     connector = kafka_connector_jars() + realtime_jars() if kafka_connector else []
     if connector:
         builder = builder.config("spark.jars", ",".join(connector))
-    if master.startswith("local"):  # as local_session: no readlink process per rename
-        builder = builder.config("spark.sql.streaming.checkpointFileManagerClass",
-                                 LOCAL_CHECKPOINT_FILES)
     if master.startswith("local-cluster"):
         # Each worker of local-cluster[N,C,M] offers M MiB; the executor must fit in it.
         builder = builder.config("spark.executor.memory", "768m")

@@ -32,7 +32,7 @@ os.environ.setdefault("HEADRACE_JVM_OPTIONS", "-XX:TieredStopAtLevel=1")
 _RUN_TMPDIR: str | None = None
 if "HEADRACE_TEST_TMPDIR" not in os.environ:
     _RUN_TMPDIR = tempfile.mkdtemp(prefix="headrace-tests-")
-    os.chmod(_RUN_TMPDIR, 0o1777)  # as /tmp: PostgreSQL runs as its own user and needs in
+    os.chmod(_RUN_TMPDIR, 0o1777)  # as /tmp: PostgreSQL runs as its own user, inside it
     os.environ["HEADRACE_TEST_TMPDIR"] = os.environ["TMPDIR"] = _RUN_TMPDIR
     tempfile.tempdir = None  # gettempdir() reads TMPDIR again
     os.environ["HEADRACE_JVM_OPTIONS"] += f" -Djava.io.tmpdir={_RUN_TMPDIR}"

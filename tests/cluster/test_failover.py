@@ -171,9 +171,13 @@ def test_consumer_group_survives_a_coordinator_kill_and_rebalances(
     values = [b"v-%04d" % i for i in range(600)]
     assert set(produce(cluster.bootstrap_servers, topic_name, values).values()) == {None}
     group = f"{topic_name}-group"
+    # The session must outlive the coordinator's move: a member whose session expires meanwhile
+    # loses its assignment, cannot commit what it consumed, and the next owner reads that
+    # again. 6 s expired once on a loaded machine (three Kafka JVMs, the suite's other
+    # workers and a CPU hog), so the timeout is a generous wait, scaled like every other.
     settings = {"bootstrap.servers": cluster.bootstrap_servers, "group.id": group,
                 "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                "session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
+                "session.timeout.ms": round(scaled(30) * 1000), "heartbeat.interval.ms": 500}
     first = Consumer(settings)
     second: Consumer | None = None
     seen: list[bytes] = []

@@ -212,7 +212,7 @@ def run(args: argparse.Namespace, pg: PostgresServer, broker: EmbeddedBroker) ->
             if consumer is None:
                 time.sleep(0.05)
                 continue
-            for msg in consumer.consume(1000, timeout=0.05):
+            for msg in report.receive(consumer, 1000, 0.05):
                 value = msg.value()
                 if msg.error() or value is None:
                     continue

@@ -36,6 +36,7 @@ from confluent_kafka import Consumer, TopicPartition
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.cdc.mysql_support import MySqlConnectorProcess, execute, query
 
+import report
 from headrace import jvm
 from headrace.testing import EmbeddedBroker, MariaDBServer
 
@@ -143,7 +144,7 @@ def _headrace(db: MariaDBServer, broker: EmbeddedBroker, args: argparse.Namespac
             committed, elapsed = load.finish()
         if committed and events >= committed * 4:
             break
-        for msg in consumer.consume(1000, timeout=0.05):
+        for msg in report.receive(consumer, 1000, 0.05):
             if msg.error() or msg.value() is None:
                 continue
             latency = _latency(json.loads(msg.value()), time.time() * 1000)

@@ -1,5 +1,5 @@
 """Shared reporting for the benchmark scripts: command-line options, machine facts,
-percentiles, tables, BENCHMARKS.md sections.
+percentiles, tables, BENCHMARKS.md sections, and ``receive`` for latency readers.
 
 BENCHMARKS.md is hand-written prose around generated sections. Each script owns the text
 between ``<!-- bench:NAME:start -->`` and ``<!-- bench:NAME:end -->`` and replaces only that;
@@ -115,6 +115,18 @@ def percentile(ordered: Sequence[float], q: float) -> float:
     """Percentile ``q`` (0..100) of the sorted, non-empty ``ordered``: the value at rank
     ``q% of n``, rounded to the nearest rank."""
     return ordered[min(len(ordered) - 1, max(0, int(q / 100.0 * len(ordered) + 0.5) - 1))]
+
+
+def receive(consumer: confluent_kafka.Consumer, max_messages: int,
+            timeout: float) -> list[confluent_kafka.Message]:
+    """What ``consumer`` has ready, up to ``max_messages``, waiting at most ``timeout`` s for
+    the first one. Unlike ``consume(max_messages, timeout)``, which waits out the whole
+    timeout unless ``max_messages`` arrive, it returns as soon as a message is there: a
+    receive time taken right after it does not count up to ``timeout`` of waiting."""
+    first = consumer.poll(timeout)
+    if first is None:
+        return []
+    return [first, *consumer.consume(max_messages - 1, 0)]
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

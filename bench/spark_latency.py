@@ -41,7 +41,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from brokers import BrokerSpec, add_brokers_option, create_topic, running
 from clients import spark_session
-from report import arguments, fmt_float, fmt_int, publish, show_environment, table
+from report import arguments, fmt_float, fmt_int, publish, receive, show_environment, table
 from report import percentile as sorted_percentile
 
 MODES = ("exactly-once", "at-least-once")
@@ -92,7 +92,7 @@ def consume_visible(bootstrap: str, topic: str, expected: int, stop: threading.E
     try:
         consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
         while len(seen) < expected and not stop.is_set():
-            for m in consumer.consume(100, 0.05):
+            for m in receive(consumer, 100, 0.05):
                 now = time.time()
                 if m.error() is not None:
                     if m.error().code() != KafkaError._PARTITION_EOF:

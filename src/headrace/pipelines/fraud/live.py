@@ -69,7 +69,7 @@ CHECK_ALERTS_TOPIC = "fraud-alerts-microbatch"
 CHECK_LIVE_UP_TO = 1000.0
 """tx/s up to which the check runs while the traffic flows."""
 GC_OPTIONS = "-XX:G1HeapRegionSize=8m"
-"""The demo's Spark JVM: with G1's default 1 MB regions on its 2 GB heap, buffers of 512 KB
+"""The demo's Spark JVM: with G1's default 1 MB regions on its 2 GB heap, objects of 512 KB
 and more are humongous objects, and at 5,000 tx/s they started a concurrent marking cycle
 every 1-3 s, each with a 20-80 ms remark pause that alerts wait behind; with 8 MB regions
 (measured in one run each, BENCHMARKS.md) GC pauses over 20 ms fell from 29 to 10."""

@@ -55,3 +55,15 @@ def test_two_processes_publish_one_run_with_its_merged_truth(broker: EmbeddedBro
     assert said and said[0] == sum(len(json.loads(m.value())["card_ids"]) for m in profiles
                                    if json.loads(m.value())["updated_at"] < truth.start_ms)
     assert {i.card_id[:4] for i in truth.incidents} == {"cp0-", "cp1-"}
+
+
+def test_a_run_may_last_longer_than_the_timeout(broker: EmbeddedBroker) -> None:
+    """The timeout is how long the shards may take beyond the run's own length: a paced run
+    of 8 s finishes under a 5 s timeout (it once counted the stream, and a 660 s run failed
+    at 600 s)."""
+    config = FraudConfig(seed=7, rate=100, duration_s=8)
+    topics = FraudTopics(transactions="long-txns", profiles="long-profiles")
+    result = run_parallel(broker.bootstrap_servers, config, 2, topics=topics, realtime=True,
+                          timeout_s=scaled(5))
+    assert result.stream_s >= 7.5
+    assert result.transactions == len(read_all(broker.bootstrap_servers, topics.transactions))

@@ -369,8 +369,21 @@ def _run(settings: LiveSettings, bootstrap: str, console: Console) -> LiveSummar
                              profile_sink=capture.table.write if capture else None))
         state.stream_ended = time.monotonic()
 
-    gen_thread = threading.Thread(target=generate_in_shards if parallel else generate,
-                                  daemon=True)
+    failure: list[BaseException] = []
+
+    def generate_or_say_why() -> None:
+        try:
+            (generate_in_shards if parallel else generate)()
+        except BaseException as e:  # raised from the run's thread (generator_failed)
+            failure.append(e)
+
+    def generator_failed(when: str) -> PipelineError:
+        error = PipelineError(f"the generator stopped {when}"
+                              + (f": {failure[0]}" if failure else ""))
+        error.__cause__ = failure[0] if failure else None
+        return error
+
+    gen_thread = threading.Thread(target=generate_or_say_why, daemon=True)
     gen_thread.start()
     watcher = threading.Thread(target=watch_alerts, daemon=True, args=(
         bootstrap, topics.alerts, mb_topics.alerts if rt and settings.check else None,
@@ -387,7 +400,7 @@ def _run(settings: LiveSettings, bootstrap: str, console: Console) -> LiveSummar
                          if parallel else "") + " ...")
         while not profiles_in.wait(0.5):
             if not gen_thread.is_alive():
-                raise PipelineError("the generator stopped before the transactions")
+                raise generator_failed("before the transactions")
         console.print("starting the pipelines and loading the profiles into them ...")
         if rt:
             console.print(f"the real-time path checkpoints every {settings.checkpoint_interval}"
@@ -431,6 +444,8 @@ def _run(settings: LiveSettings, bootstrap: str, console: Console) -> LiveSummar
         with Live(view(state, settings.engine, settings.rate), console=console,
                   refresh_per_second=2) as live:
             while gen_thread.is_alive() or not truth_box:
+                if not gen_thread.is_alive():
+                    raise generator_failed("without finishing the run")
                 tick(queries, mb_query, state, generator, bootstrap, topics)
                 live.update(view(state, settings.engine, settings.rate))
                 time.sleep(0.5)

@@ -134,7 +134,8 @@ def run_parallel(bootstrap: str, config: FraudConfig, processes: int, *,
     ``before_stream(cards)`` runs here (``cards``: how many the shards hold), then every stream starts (``realtime``: paced on the wall
     clock from now; else flat out). ``on_progress(records)`` gets the records sent since the
     streams started (roughly: each shard reports every 0.2 s), from a thread of this process. Transactions are JSON, or Avro through
-    ``registry_url``. ``FraudRunError`` if a shard fails or ``timeout_s`` passes."""
+    ``registry_url``. ``FraudRunError`` if a shard fails, or takes ``timeout_s`` longer
+    than the run's own ``duration_s`` (its profiles, the stream's tail, a loaded machine)."""
     topics = topics or FraudTopics()
     ensure_topics(bootstrap, topics)
     shards = shard_configs(config, processes)
@@ -150,7 +151,8 @@ def run_parallel(bootstrap: str, config: FraudConfig, processes: int, *,
         child.start()
     done = threading.Event()
     try:
-        deadline = time.monotonic() + timeout_s
+        # the stream itself lasts duration_s: a run longer than the timeout is no failure
+        deadline = time.monotonic() + config.duration_s + timeout_s
         cards = sum(ready.get(timeout=max(deadline - time.monotonic(), 0.1))[1]
                     for _ in children)
         if before_stream is not None:
@@ -172,7 +174,8 @@ def run_parallel(bootstrap: str, config: FraudConfig, processes: int, *,
             truths.append(GroundTruth.from_json(said))
         stream_s = time.monotonic() - started
     except queue.Empty as e:
-        raise FraudRunError(f"the load shards did not finish in {timeout_s:g} s") from e
+        raise FraudRunError(f"the load shards did not finish within {timeout_s:g} s of "
+                            f"the run's {config.duration_s:g} s") from e
     finally:
         done.set()
         for child in children:

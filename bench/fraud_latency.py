@@ -26,6 +26,7 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from statistics import median
@@ -72,7 +73,16 @@ def cell(engine: str, rate: float, duration: float, warmup: float, incidents: fl
             "p999": summary.p999_ms, "precision": summary.score.precision,
             "recall": summary.score.recall, "first_third_p50": median(first) if lat else 0,
             "last_third_p50": median(last) if lat else 0, "stages": stages,
-            "repeats": summary.repeats}
+            "repeats": summary.repeats, "over_200_by_minute": _over_200_by_minute(
+                lat, duration - warmup)}
+
+
+def _over_200_by_minute(lat: list[int], measured_s: float) -> dict[int, int]:
+    """Alerts over 200 ms per minute of the measured traffic (the alerts' order spread
+    evenly over it: they come at a steady rate), to tell checkpoint boundaries (a burst
+    every ``checkpoint_interval``) from a steady tail."""
+    return dict(sorted(Counter(int(i / max(len(lat), 1) * measured_s // 60)
+                               for i, ms in enumerate(lat) if ms > 200).items()))
 
 
 def _generate_only(config: Any) -> tuple[int, float]:

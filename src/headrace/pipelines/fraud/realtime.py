@@ -75,9 +75,10 @@ class RealtimeConfig:
     checkpoint_interval: str = "5 minutes"
     """Real-Time Mode's batch length: how often state and offsets are checkpointed (>= 5 s;
     ``"5 minutes"``, ``"30 s"``; Spark's own default is 5 minutes). Each boundary stalls the
-    stream for a few seconds while one batch's tasks finish and the next one's start, and
-    the alerts of that stretch come late (BENCHMARKS.md), so longer is smoother; shorter
-    replays less after a crash (the exactly-once sink skips what it already wrote)."""
+    stream while one batch's tasks finish and the next one's start (about 0.7 s on a quiet
+    machine; the first, where Spark snapshots all the state, seconds), and the alerts of
+    that stretch come late (BENCHMARKS.md), so longer is smoother; shorter replays less
+    after a crash (the exactly-once sink skips what it already wrote)."""
     starting_offsets: str = "earliest"
     profiles_envelope: str = ""
     """``debezium``: profiles are change events of a PostgreSQL table (``headrace cdc``):

@@ -32,8 +32,8 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from headrace.cluster.errors import ClusterError
-from headrace.cluster.process import NodeProcess, free_port
-from headrace.testing import kafka_java_command, scaled
+from headrace.cluster.process import NodeProcess
+from headrace.testing import free_port, kafka_java_command, scaled
 
 READY_MARKER = "Kafka Server started"
 STATE_FILE = "kafka-cluster.json"

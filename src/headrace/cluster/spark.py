@@ -19,7 +19,8 @@ from types import TracebackType
 
 from headrace import jvm
 from headrace.cluster.errors import ClusterError
-from headrace.cluster.process import NodeProcess, free_port
+from headrace.cluster.process import NodeProcess
+from headrace.testing import free_port
 
 STATE_FILE = "spark-cluster.json"
 MASTER_READY = "I have been elected leader"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import queue
+import random
 import signal
 import socket
 import subprocess
@@ -12,6 +13,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Mapping
+from pathlib import Path
 
 from headrace.errors import HeadraceError
 
@@ -119,10 +121,37 @@ class ServerProcess:
             self.process.wait()
 
 
-def free_port(host: str) -> int:
-    with socket.socket() as s:
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nobody uses now, from the ``PORTS_BELOW_EPHEMERAL`` ports under the kernel's
+    ephemeral range. Outgoing connections take their local ports from that range, so a port
+    picked there (``bind(0)``) could be some client's before the server bound it: a broker of
+    a test cluster once died of "Address already in use" at start-up that way. Another
+    server may still take the port first; a random pick makes two such pickers meet
+    rarely."""
+    low = _ephemeral_low()
+    for _ in range(200):
+        port = random.randint(max(1024, low - PORTS_BELOW_EPHEMERAL), low - 1)
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # that range is full: an ephemeral port, as before
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+PORTS_BELOW_EPHEMERAL = 12_000
+"""How many ports under the ephemeral range ``free_port`` picks from."""
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux's default when unreadable)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def client_args(settings: Mapping[str, str]) -> list[str]:

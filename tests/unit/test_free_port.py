@@ -1,11 +1,11 @@
-"""The cluster's node ports (``headrace.cluster.process.free_port``): picked under the
+"""Server ports for tests and clusters (``headrace.testing.free_port``): picked under the
 kernel's ephemeral range, where no outgoing connection takes its local port, and free."""
 
 from __future__ import annotations
 
 import socket
 
-from headrace.cluster.process import PORTS_BELOW_EPHEMERAL, _ephemeral_low, free_port
+from headrace.testing.process import PORTS_BELOW_EPHEMERAL, _ephemeral_low, free_port
 
 
 def test_ports_come_from_under_the_ephemeral_range_and_bind() -> None:

@@ -130,7 +130,7 @@ def free_port(host: str = "127.0.0.1") -> int:
     rarely."""
     low = _ephemeral_low()
     for _ in range(200):
-        port = random.randint(max(1024, low - PORTS_BELOW_EPHEMERAL), low - 1)
+        port = _PICK.randint(max(1024, low - PORTS_BELOW_EPHEMERAL), low - 1)
         with socket.socket() as s:
             try:
                 s.bind((host, port))
@@ -144,6 +144,9 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 PORTS_BELOW_EPHEMERAL = 12_000
 """How many ports under the ephemeral range ``free_port`` picks from."""
+_PICK = random.SystemRandom()
+"""``free_port``'s own randomness: a test seeding ``random`` must not make two workers pick
+the same ports."""
 
 
 def _ephemeral_low() -> int:
